@@ -1,0 +1,87 @@
+"""One error tree for all of envfarm.
+
+    FarmError
+    ├── ConfigError (ValueError)              bad user input: a name, a path, an option
+    ├── BackendUnavailable                    docker daemon / bwrap / cgroups missing   -> run `make setup`
+    ├── ImageError                            building or finding images
+    │   ├── ImageNotFound (LookupError)       -> run `envfarm images build`
+    │   └── ImageBuildError                   a build step failed; the message holds the log tail
+    └── SandboxError                          anything inside one sandbox
+        ├── SandboxStartError                 the sandbox or its agent did not come up
+        ├── SandboxCrashed                    killed from outside, OOM-killed agent, daemon gone mid-command
+        ├── LeaseExpired                      a pool lease outlived its deadline and was reclaimed
+        ├── ExecTimeout (TimeoutError)        a command ran past its timeout (raised with check=True)
+        ├── ExecFailed                        a command exited non-zero (raised with check=True)
+        └── SandboxFileError (OSError)        read/write/upload/download failed inside the sandbox
+
+Messages name the object, show the tail of stderr where there is one, and say how to fix it.
+Foreign errors (docker SDK, OSError from subprocess spawning) are mapped once, in the backend that meets
+them, with ``raise ... from e``.
+"""
+
+from __future__ import annotations
+
+
+class FarmError(Exception):
+    """Base of every error envfarm raises on purpose."""
+
+
+class ConfigError(FarmError, ValueError):
+    """Invalid user input (an unknown backend name, a bad limit, a missing file)."""
+
+
+class BackendUnavailable(FarmError):
+    """A sandbox backend cannot be used on this machine (no daemon, no bwrap, no cgroups)."""
+
+    def __init__(self, what: str, fix: str = "run `make setup`") -> None:
+        super().__init__(f"{what}; {fix}")
+
+
+class ImageError(FarmError):
+    """Building, finding or pruning images failed."""
+
+
+class ImageNotFound(ImageError, LookupError):
+    """A requested image (docker tag or bwrap rootfs) does not exist."""
+
+    def __init__(self, image: str, fix: str = "run `envfarm images build`") -> None:
+        super().__init__(f"image {image!r} not found; {fix}")
+        self.image = image
+
+
+class ImageBuildError(ImageError):
+    """An image build step failed."""
+
+
+class SandboxError(FarmError):
+    """Something went wrong inside or with one sandbox."""
+
+
+class SandboxStartError(SandboxError):
+    """The sandbox or its in-sandbox agent did not start."""
+
+
+class SandboxCrashed(SandboxError):
+    """The sandbox died (killed from outside, agent OOM-killed, daemon gone) while in use."""
+
+
+class LeaseExpired(SandboxCrashed):
+    """A pool lease passed its deadline; the pool killed the sandbox."""
+
+
+class ExecTimeout(SandboxError, TimeoutError):
+    """A command exceeded its timeout (raised by ``exec(..., check=True)``)."""
+
+
+class ExecFailed(SandboxError):
+    """A command exited non-zero (raised by ``exec(..., check=True)``)."""
+
+
+class SandboxFileError(SandboxError, OSError):
+    """A file operation inside the sandbox failed (missing path, permission, no space)."""
+
+
+def tail(text: str, lines: int = 15, chars: int = 2000) -> str:
+    """The last ``lines`` lines (at most ``chars`` characters) of ``text``, for error messages."""
+    out = "\n".join(text.rstrip().splitlines()[-lines:])
+    return out[-chars:]

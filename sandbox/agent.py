@@ -1,0 +1,415 @@
+"""The in-sandbox agent: one long-lived, stdlib-only Python process per sandbox.
+
+The host starts it once (``python3 -c SOURCE`` through one ``docker exec -i`` or bwrap pipe) and then talks
+to it with one JSON object per line in each direction. It stays silent until the first request, so nothing
+can be lost in a half-read HTTP upgrade. Requests carry an ``id``; every answer repeats it.
+
+    {"id": 1, "op": "ping"}
+    {"id": 2, "op": "exec", "argv": [...], "cwd": "/workspace", "env": {...}, "timeout": 5, "max_output": N}
+    {"id": 3, "op": "read", "path": "...", "offset": 0, "size": 4194304}
+    {"id": 4, "op": "write", "path": "...", "data": "<base64>", "append": false, "mode": 420}
+    {"id": 5, "op": "cancel"}          (only meaningful while an exec runs: kills it)
+
+Answers: ``{"id": N, "ok": true, ...}`` or ``{"id": N, "ok": false, "kind": "FileNotFoundError",
+"errno": 2, "error": "..."}``.
+
+Every command runs in a new session with stdin from /dev/null. The agent is a child subreaper, so when a
+command ends, times out or is cancelled, its whole process tree is killed, including daemons that called
+``setsid``: no exec leaves a process behind. Output beyond ``max_output`` bytes per stream is drained and
+dropped (``truncated``). A command that cannot start answers exit code 127, like a shell.
+
+This file must stay importable with nothing but the standard library of Python >= 3.9: it runs inside
+images built from any Debian suite.
+"""
+
+import base64
+import json
+import os
+import select
+import signal
+import sys
+import time
+
+PR_SET_CHILD_SUBREAPER = 36
+CHUNK = 1 << 16
+DRAIN_AFTER_KILL_S = 2.0  # stop reading this long after a kill, even if a pipe stays open
+EXIT_GRACE_S = 0.05  # after the command exits, wait this long for its pipes to close before killing
+STDIN = 0
+
+
+def become_subreaper():
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):  # pragma: no cover - non-Linux or no libc
+        pass
+
+
+class Lines:
+    """Newline-framed reads from a raw fd, usable both blocking and from a poll loop."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.buf = b""
+        self.eof = False
+
+    def pop(self):
+        """One complete line from the buffer, or None."""
+        idx = self.buf.find(b"\n")
+        if idx < 0:
+            return None
+        line, self.buf = self.buf[:idx], self.buf[idx + 1 :]
+        return line
+
+    def fill(self):
+        data = os.read(self.fd, 1 << 20)
+        if not data:
+            self.eof = True
+        self.buf += data
+
+    def next(self):
+        """Block until a line arrives; None at end of input."""
+        while True:
+            line = self.pop()
+            if line is not None:
+                return line
+            if self.eof:
+                return None
+            self.fill()
+
+
+def send(obj):
+    data = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+    view = memoryview(data)
+    while view:
+        n = os.write(1, view)
+        view = view[n:]
+
+
+# ---------------------------------------------------------------------------------------------- processes
+
+
+def proc_table():
+    """{pid: ppid} of live (non-zombie) processes visible in /proc."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        rest = stat[stat.rfind(b")") + 2 :].split()
+        if rest and rest[0] != b"Z":
+            table[int(name)] = int(rest[1])
+    return table
+
+
+def descendants(root):
+    table = proc_table()
+    children = {}
+    for pid, ppid in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+REAPED = {}  # pid -> wait status of children reaped by reap(), so the command's own status is not lost
+
+
+def reap():
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        REAPED[pid] = status
+
+
+def wait_for(pid):
+    """The wait status of our child ``pid``, even if reap() already collected it."""
+    if pid in REAPED:
+        return REAPED.pop(pid)
+    try:
+        return os.waitpid(pid, 0)[1]
+    except ChildProcessError:
+        return REAPED.pop(pid, -signal.SIGKILL & 0x7F)
+
+
+def kill_tree(pgid):
+    """SIGKILL the command's process group, then every remaining descendant of the agent."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+    me = os.getpid()
+    for _ in range(200):
+        victims = descendants(me)
+        if not victims:
+            break
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        reap()
+        time.sleep(0.001)
+    reap()
+
+
+def spawn(argv, cwd, env):
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            os.setsid()
+            for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, signal.SIG_DFL)
+            null = os.open("/dev/null", os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            os.closerange(3, 65536)
+            if cwd:
+                os.chdir(cwd)
+            os.execvpe(argv[0], argv, env)
+        except BaseException as e:  # noqa: BLE001 - report anything, like a shell
+            try:
+                os.write(2, ("envfarm-agent: cannot run %r: %s\n" % (argv[0], e)).encode())
+            finally:
+                os._exit(127)
+    os.close(out_w)
+    os.close(err_w)
+    return pid, out_r, err_r
+
+
+class Capture:
+    """Keeps the first ``cap`` bytes of a stream and counts the rest."""
+
+    def __init__(self, cap):
+        self.cap = cap
+        self.parts = []
+        self.kept = 0
+        self.dropped = 0
+
+    def add(self, data):
+        room = self.cap - self.kept
+        if room > 0:
+            self.parts.append(data[:room])
+            self.kept += min(room, len(data))
+        self.dropped += max(0, len(data) - max(room, 0))
+
+    def text(self):
+        return b"".join(self.parts).decode("utf-8", "replace")
+
+
+def exit_code(status):
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+class Running:
+    """One command in flight: its pid, its output pipes and what has been captured so far."""
+
+    def __init__(self, req):
+        env = dict(os.environ)
+        env.update(req.get("env") or {})
+        cap = int(req.get("max_output") or 1 << 20)
+        self.id = req["id"]
+        self.start = time.monotonic()
+        self.deadline = self.start + float(req.get("timeout") or 60)
+        self.pid, out_r, err_r = spawn(req["argv"], req.get("cwd"), env)
+        self.pidfd = os.pidfd_open(self.pid)
+        self.out, self.err = Capture(cap), Capture(cap)
+        self.open = {out_r: self.out, err_r: self.err}
+        self.status = None
+        self.timed_out = self.cancelled = False
+        self.killed_at = self.exited_at = None
+
+    def should_kill(self, now):
+        if self.killed_at is not None:
+            return False
+        self.timed_out = self.timed_out or now >= self.deadline
+        lingering = self.exited_at is not None and now - self.exited_at > EXIT_GRACE_S and bool(self.open)
+        return self.timed_out or self.cancelled or lingering
+
+    def done(self, now):
+        if self.killed_at is not None and now - self.killed_at > DRAIN_AFTER_KILL_S:
+            return True
+        return not self.open and self.status is not None
+
+    def wait_ms(self, now):
+        if self.killed_at is not None or self.exited_at is not None:
+            return 10
+        return max(0, int((self.deadline - now) * 1000) + 1)
+
+    def on_pipe(self, fd, poller):
+        data = os.read(fd, CHUNK)
+        if data:
+            self.open[fd].add(data)
+        else:
+            poller.unregister(fd)
+            os.close(fd)
+            del self.open[fd]
+
+    def on_exit(self, poller):
+        poller.unregister(self.pidfd)
+        self.status = wait_for(self.pid)
+        self.exited_at = time.monotonic()
+
+    def close(self):
+        kill_tree(self.pid)
+        for fd in self.open:
+            os.close(fd)
+        os.close(self.pidfd)
+        if self.status is None:  # only after a kill that outlived the drain window
+            self.status = wait_for(self.pid)
+        REAPED.clear()
+
+    def result(self):
+        code = -signal.SIGKILL if self.timed_out or self.cancelled else exit_code(self.status)
+        return {
+            "exit_code": code,
+            "stdout": self.out.text(),
+            "stderr": self.err.text(),
+            "duration": time.monotonic() - self.start,
+            "timed_out": self.timed_out,
+            "cancelled": self.cancelled,
+            "truncated": bool(self.out.dropped or self.err.dropped),
+        }
+
+
+def run_exec(req, lines):
+    run = Running(req)
+    poller = select.poll()
+    for fd in (*run.open, run.pidfd, STDIN):
+        poller.register(fd, select.POLLIN)
+    try:
+        while True:
+            now = time.monotonic()
+            if run.should_kill(now):
+                kill_tree(run.pid)
+                run.killed_at = now
+            if run.done(now):
+                break
+            wait_ms = run.wait_ms(now)
+            for fd, _ in poller.poll(wait_ms):
+                if fd == run.pidfd:
+                    run.on_exit(poller)
+                elif fd == STDIN:
+                    run.cancelled = read_control(lines, run.id, poller) or run.cancelled
+                elif fd in run.open:
+                    run.on_pipe(fd, poller)
+    finally:
+        run.close()
+    return run.result()
+
+
+def read_control(lines, current_id, poller):
+    """Read stdin while a command runs; True when a cancel for it arrived."""
+    lines.fill()
+    if lines.eof:
+        poller.unregister(STDIN)
+        return True
+    cancel = False
+    kept = []
+    while True:
+        line = lines.pop()
+        if line is None:
+            break
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue
+        if msg.get("op") == "cancel" and msg.get("target") in (None, current_id):
+            cancel = True
+        elif msg.get("op") != "cancel":
+            kept.append(line)
+    lines.buf = b"".join(k + b"\n" for k in kept) + lines.buf
+    return cancel
+
+
+# ------------------------------------------------------------------------------------------------- files
+
+
+def run_read(req, _lines):
+    with open(req["path"], "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        f.seek(int(req.get("offset") or 0))
+        data = f.read(int(req.get("size") or 1 << 22))
+    end = int(req.get("offset") or 0) + len(data)
+    return {"data": base64.b64encode(data).decode(), "size": size, "eof": end >= size}
+
+
+def run_write(req, _lines):
+    path = req["path"]
+    parent = os.path.dirname(path)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    data = base64.b64decode(req.get("data") or "")
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if req.get("append") else os.O_TRUNC)
+    fd = os.open(path, flags, int(req.get("mode") or 0o644))
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+    return {"written": len(data)}
+
+
+def run_ping(_req, _lines):
+    return {"pid": os.getpid(), "uid": os.getuid(), "python": sys.version.split()[0]}
+
+
+OPS = {"ping": run_ping, "exec": run_exec, "read": run_read, "write": run_write}
+
+
+def handle(req, lines):
+    op = OPS.get(req.get("op"))
+    if op is None:
+        return {"ok": False, "kind": "ValueError", "error": "unknown op %r" % req.get("op")}
+    try:
+        out = op(req, lines)
+    except OSError as e:
+        return {"ok": False, "kind": type(e).__name__, "errno": e.errno, "error": str(e)}
+    except Exception as e:  # noqa: BLE001 - the agent must survive any bad request
+        return {"ok": False, "kind": type(e).__name__, "error": str(e)}
+    out["ok"] = True
+    return out
+
+
+def main():
+    become_subreaper()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # an inherited SIG_IGN would auto-reap our children
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    lines = Lines(STDIN)
+    while True:
+        line = lines.next()
+        if line is None:
+            return
+        try:
+            req = json.loads(line)
+        except ValueError as e:
+            send({"id": None, "ok": False, "kind": "ValueError", "error": "bad request: %s" % e})
+            continue
+        if req.get("op") == "cancel":
+            continue  # the command it targeted already finished
+        out = handle(req, lines)
+        out["id"] = req.get("id")
+        send(out)
+
+
+if __name__ == "__main__":
+    main()

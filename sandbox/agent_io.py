@@ -1,0 +1,100 @@
+"""The host end of the pipe to the in-sandbox agent, and the command line that starts the agent."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from abc import ABC, abstractmethod
+from functools import cache
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+LINE_LIMIT = 1 << 28  # one agent reply can carry 2 x output_bytes of JSON-escaped text or 4 MiB of base64
+
+
+@cache
+def agent_source() -> str:
+    return (Path(__file__).with_name("agent.py")).read_text()
+
+
+def agent_argv(python: str = "python3") -> list[str]:
+    """argv that starts the agent from its source (no file needs to exist inside the sandbox)."""
+    return [python, "-u", "-I", "-c", agent_source()]
+
+
+class AgentPipe(ABC):
+    """A byte pipe to one agent: newline-framed requests out, newline-framed replies in."""
+
+    @abstractmethod
+    async def send(self, data: bytes) -> None: ...
+
+    @abstractmethod
+    async def readline(self) -> bytes:
+        """One reply line including its newline; ``b""`` once the agent is gone."""
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    def stderr_tail(self) -> str:
+        """What the agent printed on stderr (a traceback when it crashed), if the backend keeps it."""
+        return ""
+
+
+class ProcessPipe(AgentPipe):
+    """The agent as a child process of ours (bwrap, local): its stdin and stdout are the pipe.
+
+    The agent's stderr is read only after it died, so a crash traceback reaches the error message."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self._stderr = ""
+
+    async def send(self, data: bytes) -> None:
+        stdin = self.proc.stdin
+        assert stdin is not None
+        stdin.write(data)
+        await stdin.drain()
+
+    async def readline(self) -> bytes:
+        stdout = self.proc.stdout
+        assert stdout is not None
+        line = await stdout.readline()
+        if not line:
+            await self._collect_stderr()
+        return line
+
+    async def _collect_stderr(self) -> None:
+        if self.proc.stderr is None or self._stderr:
+            return
+        try:
+            async with asyncio.timeout(1):
+                self._stderr = (await self.proc.stderr.read(1 << 16)).decode(errors="replace")
+        except (TimeoutError, OSError):
+            pass
+
+    def stderr_tail(self) -> str:
+        return self._stderr
+
+    async def close(self) -> None:
+        if self.proc.stdin is not None and not self.proc.stdin.is_closing():
+            self.proc.stdin.close()
+        if self.proc.returncode is None:
+            try:
+                self.proc.kill()
+            except ProcessLookupError:
+                pass
+        await self.proc.wait()
+
+
+async def spawn_agent(argv: list[str], **kwargs: object) -> asyncio.subprocess.Process:
+    """Start ``argv`` with pipes on stdin/stdout/stderr sized for agent replies."""
+    return await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        limit=LINE_LIMIT,
+        start_new_session=True,
+        **kwargs,  # type: ignore[arg-type]
+    )

@@ -1,0 +1,348 @@
+"""The sandbox contract: read this file first.
+
+    backend = get_backend("docker")              # or "bwrap", "local"
+    async with backend.open(image=None, limits=Limits(memory_mb=512)) as sb:
+        res = await sb.exec("pytest -q", timeout=30)
+        res.exit_code, res.stdout, res.stderr, res.duration, res.timed_out, res.truncated
+        await sb.write_file("/workspace/a.py", "print(1)\\n")
+        data = await sb.read_file("/workspace/a.py")
+        await sb.upload("local_dir", "/workspace/repo")
+        await sb.download("/workspace/repo", "out_dir")
+
+A backend only knows how to start one isolated process tree and connect a byte pipe to the in-sandbox
+agent (``sandbox/agent.py``) running inside it, and how to destroy it. This module owns everything else,
+once for all backends: the agent protocol, timeouts, output caps, crash detection, file transfer,
+cancellation, idempotent close, logging and error mapping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from envfarm.errors import (
+    ConfigError,
+    ExecFailed,
+    ExecTimeout,
+    SandboxCrashed,
+    SandboxError,
+    SandboxFileError,
+    SandboxStartError,
+    tail,
+)
+
+from .agent_io import AgentPipe, agent_argv
+from .transfer import Transfers
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 60.0  # a sandbox and its agent must answer within this
+AGENT_GRACE_S = 10.0  # the agent answers within timeout + this, or the sandbox is declared hung
+FILE_OP_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one sandbox. The defaults are safe for untrusted code."""
+
+    cpus: float = 1.0
+    """CPU share (docker --cpus; a CFS quota for bwrap)."""
+    memory_mb: int = 1024
+    """Memory cap for everything in the sandbox (OOM-kill beyond it); tmpfs pages count toward it."""
+    pids: int = 256
+    """Maximum number of processes and threads (a fork bomb stops here)."""
+    disk_mb: int = 512
+    """Size cap of each writable tmpfs: /workspace and /tmp. Everything else is read-only."""
+    output_bytes: int = 1 << 20
+    """Captured bytes per stream per command; the rest is dropped and ``truncated`` is set."""
+    timeout_s: float = 60.0
+    """Default timeout of one command; its whole process tree is killed past it."""
+
+    def __post_init__(self) -> None:
+        for name in ("cpus", "memory_mb", "pids", "disk_mb", "output_bytes", "timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"Limits.{name} must be positive, got {getattr(self, name)!r}")
+        if self.memory_mb < 32:
+            raise ConfigError(f"Limits.memory_mb={self.memory_mb} is too small for the agent; use >= 32")
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What one command did. Output is text (UTF-8, undecodable bytes replaced)."""
+
+    exit_code: int
+    """Exit status; a negative number -N means killed by signal N (-9 on timeout)."""
+    stdout: str
+    stderr: str
+    duration: float
+    """Seconds from spawn to exit, measured inside the sandbox."""
+    timed_out: bool
+    truncated: bool
+    """True when stdout or stderr passed ``Limits.output_bytes`` and was cut."""
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    def check(self, what: str = "command") -> ExecResult:
+        """Return self when the command succeeded, else raise ExecTimeout or ExecFailed."""
+        if self.timed_out:
+            raise ExecTimeout(f"{what} timed out after {self.duration:.1f}s; stderr tail:\n{tail(self.stderr)}")
+        if self.exit_code != 0:
+            raise ExecFailed(f"{what} exited {self.exit_code}; stderr tail:\n{tail(self.stderr)}")
+        return self
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What a backend is asked to start."""
+
+    sandbox_id: str
+    image: str | None
+    limits: Limits
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+class Handle(ABC):
+    """One live sandbox as a backend sees it: a pipe to its agent and a way to destroy it."""
+
+    pipe: AgentPipe
+    workdir: str = "/workspace"
+
+    @abstractmethod
+    async def destroy(self) -> None:
+        """Kill every process of the sandbox and free its resources. Idempotent."""
+
+    async def death_reason(self) -> str:
+        """Why the sandbox died, for error messages (exit code, OOM, killed from outside)."""
+        return ""
+
+
+class Sandbox(Transfers):
+    """A live sandbox. Commands run one at a time (callers are serialised by a lock)."""
+
+    def __init__(self, backend: Backend, spec: SandboxSpec, handle: Handle) -> None:
+        self.backend = backend
+        self.spec = spec
+        self.id = spec.sandbox_id
+        self.limits = spec.limits
+        self.workdir = handle.workdir
+        self._handle = handle
+        self._lock = asyncio.Lock()
+        self._next_id = 0
+        self._dead: str | None = None
+        self._close_task: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"<Sandbox {self.backend.name}:{self.id} image={self.spec.image or 'base'}>"
+
+    @property
+    def alive(self) -> bool:
+        return self._dead is None and self._close_task is None
+
+    # ------------------------------------------------------------------------------------------ commands
+
+    async def exec(
+        self,
+        cmd: str | Sequence[str],
+        timeout: float | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        check: bool = False,
+    ) -> ExecResult:
+        """Run ``cmd`` (a string goes to ``bash -c``; a list is an argv) and wait for it.
+
+        The command's whole process tree is killed when it ends or times out. A timeout is a result
+        (``timed_out=True``) unless ``check=True``, which raises ExecTimeout / ExecFailed instead.
+        """
+        argv = ["/bin/bash", "-c", cmd] if isinstance(cmd, str) else [str(a) for a in cmd]
+        if not argv:
+            raise ConfigError("exec needs a command; got an empty argv")
+        limit = self.limits.timeout_s if timeout is None else float(timeout)
+        reply = await self._call(
+            "exec",
+            limit + AGENT_GRACE_S,
+            argv=argv,
+            cwd=cwd or self.workdir,
+            env=dict(env or {}),
+            timeout=limit,
+            max_output=self.limits.output_bytes,
+        )
+        result = ExecResult(
+            exit_code=reply["exit_code"],
+            stdout=reply["stdout"],
+            stderr=reply["stderr"],
+            duration=reply["duration"],
+            timed_out=reply["timed_out"],
+            truncated=reply["truncated"],
+        )
+        log.debug("%s exec %r -> %s in %.3fs", self, argv[:3], result.exit_code, result.duration)
+        return result.check(f"{argv!r} in {self}") if check else result
+
+    # ------------------------------------------------------------------------------------- agent protocol
+
+    async def _call(self, op: str, deadline_s: float, **fields: Any) -> dict[str, Any]:
+        """Send one request to the agent and wait for its answer; maps every failure to SandboxError."""
+        async with self._lock:
+            if self._dead is not None:
+                raise SandboxCrashed(f"{self} is dead: {self._dead}")
+            self._next_id += 1
+            req_id = self._next_id
+            line = json.dumps({"id": req_id, "op": op, **fields}, separators=(",", ":")).encode() + b"\n"
+            try:
+                async with asyncio.timeout(deadline_s):
+                    await self._handle.pipe.send(line)
+                    reply = await self._read_reply(req_id)
+            except asyncio.CancelledError:
+                await self._cancel_in_flight(req_id)
+                raise
+            except TimeoutError:
+                await self._mark_dead(f"the agent did not answer {op!r} within {deadline_s:.0f}s")
+                raise SandboxCrashed(f"{self} hung: {self._dead}") from None
+            except (OSError, EOFError, ConnectionError) as e:
+                reason = await self._mark_dead(f"the agent pipe broke during {op!r} ({e})")
+                raise SandboxCrashed(f"{self} died during {op!r}: {reason}") from e
+        if not reply.get("ok"):
+            raise _agent_error(self, op, fields, reply)
+        return reply
+
+    async def _read_reply(self, req_id: int) -> dict[str, Any]:
+        while True:
+            raw = await self._handle.pipe.readline()
+            if not raw:
+                raise EOFError("end of stream")
+            reply = json.loads(raw)
+            if reply.get("id") == req_id:
+                return reply
+            log.debug("%s skipped a stale agent reply %s", self, reply.get("id"))
+
+    async def _cancel_in_flight(self, req_id: int) -> None:
+        """The caller gave up mid-request: ask the agent to kill the command; its late reply is skipped."""
+        msg = json.dumps({"op": "cancel", "target": req_id}).encode() + b"\n"
+        try:
+            await asyncio.shield(self._handle.pipe.send(msg))
+        except (OSError, ConnectionError, asyncio.CancelledError):
+            pass
+
+    async def _mark_dead(self, why: str) -> str:
+        reason = ""
+        try:
+            async with asyncio.timeout(5):
+                reason = await self._handle.death_reason()
+        except (TimeoutError, OSError, SandboxError) as e:
+            reason = f"(could not ask why: {e})"
+        self._dead = f"{why}; {reason}".rstrip("; ") if reason else why
+        log.warning("%s: %s", self, self._dead)
+        return self._dead
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+
+    async def close(self) -> None:
+        """Destroy the sandbox. Idempotent, and completes even if the caller is cancelled."""
+        if self._close_task is None:
+            self._close_task = asyncio.ensure_future(self._destroy())
+        await asyncio.shield(self._close_task)
+
+    async def _destroy(self) -> None:
+        try:
+            await self._handle.destroy()
+        finally:
+            self.backend._forget(self)
+            log.debug("%s closed", self)
+
+    async def __aenter__(self) -> Sandbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def _agent_error(sb: Sandbox, op: str, fields: Mapping[str, Any], reply: Mapping[str, Any]) -> SandboxError:
+    what = fields.get("path") or fields.get("argv") or op
+    msg = f"{op} {what!r} in {sb} failed: {reply.get('kind')}: {reply.get('error')}"
+    if reply.get("errno") is not None or op in ("read", "write"):
+        return SandboxFileError(reply.get("errno") or 0, msg)
+    return SandboxError(msg)
+
+
+class Backend(ABC):
+    """A kind of sandbox. Subclasses implement ``_open`` (start + connect the agent) and nothing else."""
+
+    name: ClassVar[str]
+
+    def __init__(self) -> None:
+        self._live: dict[str, Sandbox] = {}
+        self._counter = 0
+
+    @property
+    def live(self) -> int:
+        """Number of sandboxes this backend object has open right now."""
+        return len(self._live)
+
+    @abstractmethod
+    async def _open(self, spec: SandboxSpec) -> Handle:
+        """Start an isolated sandbox running ``agent_argv()`` and return its handle.
+
+        Must clean up after itself when it fails or is cancelled half-way."""
+
+    async def check(self) -> None:
+        """Raise BackendUnavailable (with the fix) when this backend cannot run here."""
+
+    def _new_id(self) -> str:
+        from envfarm.config import run_id
+
+        self._counter += 1
+        return f"{run_id()}-{self._counter:05d}"
+
+    async def start(
+        self, image: str | None = None, limits: Limits | None = None, labels: Mapping[str, str] | None = None
+    ) -> Sandbox:
+        """Start a sandbox and wait until its agent answers. The caller must ``close()`` it."""
+        spec = SandboxSpec(self._new_id(), image, limits or Limits(), dict(labels or {}))
+        t0 = time.perf_counter()
+        try:
+            async with asyncio.timeout(START_TIMEOUT_S):
+                handle = await self._open(spec)
+        except TimeoutError as e:
+            raise SandboxStartError(f"{self.name} sandbox {spec.sandbox_id} did not start in "
+                                    f"{START_TIMEOUT_S:.0f}s") from e
+        sb = Sandbox(self, spec, handle)
+        self._live[sb.id] = sb
+        try:
+            await sb._call("ping", START_TIMEOUT_S)
+        except BaseException as e:
+            await sb.close()
+            if isinstance(e, SandboxError):
+                raise SandboxStartError(f"the agent in {sb} did not start: {e}") from e
+            raise
+        log.debug("%s started in %.3fs", sb, time.perf_counter() - t0)
+        return sb
+
+    @asynccontextmanager
+    async def open(
+        self, image: str | None = None, limits: Limits | None = None, labels: Mapping[str, str] | None = None
+    ) -> AsyncIterator[Sandbox]:
+        """``async with backend.open() as sb:`` — a sandbox that is destroyed on exit, whatever happens."""
+        sb = await self.start(image, limits, labels)
+        try:
+            yield sb
+        finally:
+            await sb.close()
+
+    def _forget(self, sb: Sandbox) -> None:
+        self._live.pop(sb.id, None)
+
+    async def aclose(self) -> None:
+        """Close every sandbox this backend still has open."""
+        await asyncio.gather(*(sb.close() for sb in list(self._live.values())), return_exceptions=True)
+
+
+__all__ = ["AgentPipe", "Backend", "ExecResult", "Handle", "Limits", "Sandbox", "SandboxSpec", "agent_argv"]
