@@ -18,7 +18,6 @@ cancellation, idempotent close, logging and error mapping.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
 import time
@@ -95,7 +94,7 @@ class ExecResult:
     def check(self, what: str = "command") -> ExecResult:
         """Return self when the command succeeded, else raise ExecTimeout or ExecFailed."""
         if self.timed_out:
-            raise ExecTimeout(f"{what} timed out after {self.duration:.1f}s; stderr tail:\n{tail(self.stderr)}")
+            raise ExecTimeout(f"{what} timed out after {self.duration:.1f}s; stderr:\n{tail(self.stderr)}")
         if self.exit_code != 0:
             raise ExecFailed(f"{what} exited {self.exit_code}; stderr tail:\n{tail(self.stderr)}")
         return self
@@ -139,6 +138,7 @@ class Sandbox(Transfers):
         self._lock = asyncio.Lock()
         self._next_id = 0
         self._dead: str | None = None
+        self._dead_error: type[SandboxCrashed] = SandboxCrashed
         self._close_task: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
@@ -193,7 +193,7 @@ class Sandbox(Transfers):
         """Send one request to the agent and wait for its answer; maps every failure to SandboxError."""
         async with self._lock:
             if self._dead is not None:
-                raise SandboxCrashed(f"{self} is dead: {self._dead}")
+                raise self._dead_error(f"{self} is dead: {self._dead}")
             self._next_id += 1
             req_id = self._next_id
             line = json.dumps({"id": req_id, "op": op, **fields}, separators=(",", ":")).encode() + b"\n"
@@ -206,10 +206,10 @@ class Sandbox(Transfers):
                 raise
             except TimeoutError:
                 await self._mark_dead(f"the agent did not answer {op!r} within {deadline_s:.0f}s")
-                raise SandboxCrashed(f"{self} hung: {self._dead}") from None
+                raise self._dead_error(f"{self} hung: {self._dead}") from None
             except (OSError, EOFError, ConnectionError) as e:
                 reason = await self._mark_dead(f"the agent pipe broke during {op!r} ({e})")
-                raise SandboxCrashed(f"{self} died during {op!r}: {reason}") from e
+                raise self._dead_error(f"{self} died during {op!r}: {reason}") from e
         if not reply.get("ok"):
             raise _agent_error(self, op, fields, reply)
         return reply
@@ -233,6 +233,8 @@ class Sandbox(Transfers):
             pass
 
     async def _mark_dead(self, why: str) -> str:
+        if self._dead is not None:  # killed on purpose (kill()): keep that reason
+            return self._dead
         reason = ""
         try:
             async with asyncio.timeout(5):
@@ -244,6 +246,12 @@ class Sandbox(Transfers):
         return self._dead
 
     # ------------------------------------------------------------------------------------------ lifecycle
+
+    async def kill(self, reason: str, error: type[SandboxCrashed] = SandboxCrashed) -> None:
+        """Destroy the sandbox on purpose; a command in flight and later calls raise ``error(reason)``."""
+        if self._dead is None:
+            self._dead, self._dead_error = reason, error
+        await self.close()
 
     async def close(self) -> None:
         """Destroy the sandbox. Idempotent, and completes even if the caller is cancelled."""
@@ -295,6 +303,11 @@ class Backend(ABC):
 
     async def check(self) -> None:
         """Raise BackendUnavailable (with the fix) when this backend cannot run here."""
+
+    async def gc(self, all_runs: bool = False) -> int:
+        """Remove sandboxes (and their leftovers) whose owner process is gone; all of them with
+        ``all_runs``. Returns how many were removed. Backends with nothing to leak keep this default."""
+        return 0
 
     def _new_id(self) -> str:
         from envfarm.config import run_id

@@ -57,13 +57,12 @@ class Transfers:
     async def upload(self, local: str | Path, dest: str) -> None:
         """Copy a local file or folder to ``dest`` inside the sandbox (a folder's contents go into dest)."""
         src = Path(local)
-        if not src.exists():
-            raise ConfigError(f"upload: local path {src} does not exist")
         dest = self._abs(dest)
-        if src.is_file():
-            await self.write_file(dest, await asyncio.to_thread(src.read_bytes), mode=src.stat().st_mode & 0o777)
+        kind, payload, mode = await asyncio.to_thread(_pack, src)
+        if kind == "file":
+            await self.write_file(dest, payload, mode=mode)
             return
-        archive = await asyncio.to_thread(_tar_folder, src)
+        archive = payload
         tmp = f"/tmp/.envfarm-upload-{uuid.uuid4().hex}.tar"
         await self.write_file(tmp, archive)
         await self._run_checked(f"mkdir -p {_q(dest)} && tar -x -f {tmp} -C {_q(dest)} --no-same-owner"
@@ -83,7 +82,7 @@ class Transfers:
             await self.exec(["rm", "-f", tmp])
         out = Path(local_dest)
         await asyncio.to_thread(_untar, archive, out)
-        return out / name
+        return out.joinpath(name)
 
     async def _run_checked(self, script: str, what: str) -> None:
         res = await self.exec(script, timeout=FILE_OP_TIMEOUT_S)
@@ -93,6 +92,15 @@ class Transfers:
 
 def _q(path: str) -> str:
     return "'" + path.replace("'", "'\\''") + "'"
+
+
+def _pack(src: Path) -> tuple[str, bytes, int]:
+    """("file", bytes, mode) for a file, ("dir", tar bytes, 0) for a folder."""
+    if not src.exists():
+        raise ConfigError(f"upload: local path {src} does not exist")
+    if src.is_file():
+        return "file", src.read_bytes(), src.stat().st_mode & 0o777
+    return "dir", _tar_folder(src), 0
 
 
 def _tar_folder(src: Path) -> bytes:

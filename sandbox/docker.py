@@ -1,0 +1,273 @@
+"""The ``docker`` backend: one locked-down container per sandbox, the agent reached over one exec stream.
+
+Each container runs ``sleep infinity`` under docker-init with no network (``network_mode="none"``), no
+capabilities, no-new-privileges, uid 1000, a read-only root, size-capped tmpfs on /workspace and /tmp, and
+pids/memory/CPU limits. The agent is started once per sandbox through ``POST /exec/{id}/start`` upgraded to
+a raw stream on the daemon's unix socket, read with asyncio (no host process and no thread per sandbox).
+The docker socket is never mounted into a container.
+
+Every container is labelled ``envfarm=1`` with its owner pid, host and run id; ``gc()`` (run once per
+process at first use, and by ``envfarm sandbox gc``) removes containers whose owner process is gone, and an
+atexit hook removes this process's containers if the event loop died before closing them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import os
+import socket
+import struct
+from typing import Any
+from urllib.parse import urlparse
+
+from docker.errors import APIError, DockerException, NotFound
+
+from envfarm import config
+from envfarm.errors import BackendUnavailable, ImageNotFound, SandboxStartError, tail
+
+from .agent_io import LINE_LIMIT, AgentPipe, agent_argv
+from .base import Backend, Handle, SandboxSpec
+from .dockerutil import client
+
+log = logging.getLogger(__name__)
+
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+FRAME = struct.Struct(">BxxxL")  # docker's multiplexed stream header: stream id, payload size
+STDOUT, STDERR = 1, 2
+_gc_done = False
+
+
+def _socket_path() -> str:
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    url = urlparse(host)
+    if url.scheme != "unix":
+        raise BackendUnavailable(f"DOCKER_HOST={host} is not a unix socket", "unset DOCKER_HOST")
+    return url.path
+
+
+class DockerExecPipe(AgentPipe):
+    """The agent's stdin/stdout over a hijacked exec stream (frames demultiplexed here)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self._buf = bytearray()
+        self._stderr = bytearray()
+
+    @classmethod
+    async def connect(cls, exec_id: str, api_version: str) -> DockerExecPipe:
+        reader, writer = await asyncio.open_unix_connection(_socket_path(), limit=LINE_LIMIT)
+        body = b'{"Detach":false,"Tty":false}'
+        head = (
+            f"POST /v{api_version}/exec/{exec_id}/start HTTP/1.1\r\nHost: docker\r\n"
+            f"Content-Type: application/json\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        writer.write(head.encode() + body)
+        await writer.drain()
+        status = await reader.readuntil(b"\r\n\r\n")
+        if not status.startswith((b"HTTP/1.1 101", b"HTTP/1.1 200", b"HTTP/1.0 200")):
+            writer.close()
+            raise SandboxStartError(f"docker refused to attach to exec {exec_id}: {status[:200]!r}")
+        return cls(reader, writer)
+
+    async def send(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def readline(self) -> bytes:
+        while (end := self._buf.find(b"\n")) < 0:
+            if not await self._read_frame():
+                return b""
+        line = bytes(self._buf[: end + 1])
+        del self._buf[: end + 1]
+        return line
+
+    async def _read_frame(self) -> bool:
+        try:
+            stream, size = FRAME.unpack(await self.reader.readexactly(FRAME.size))
+            payload = await self.reader.readexactly(size)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return False
+        if stream == STDOUT:
+            self._buf += payload
+        else:
+            self._stderr = (self._stderr + payload)[-(1 << 16) :]
+        return True
+
+    def stderr_tail(self) -> str:
+        return self._stderr.decode(errors="replace")
+
+    async def close(self) -> None:
+        self.writer.close()
+        try:
+            await self.writer.wait_closed()
+        except (ConnectionError, OSError):
+            pass
+
+
+class DockerHandle(Handle):
+    def __init__(self, backend: DockerBackend, container_id: str, pipe: DockerExecPipe) -> None:
+        self.backend = backend
+        self.container_id = container_id
+        self.pipe = pipe
+        self._destroyed = False
+
+    async def destroy(self) -> None:
+        if self._destroyed:
+            return
+        self._destroyed = True
+        await self.pipe.close()
+        await asyncio.to_thread(self.backend._remove, self.container_id)
+
+    async def death_reason(self) -> str:
+        try:
+            info = await asyncio.to_thread(client().api.inspect_container, self.container_id)
+        except NotFound:
+            return f"container {self.container_id[:12]} was removed from outside"
+        state = info.get("State", {})
+        why = f"container {self.container_id[:12]} is {state.get('Status')} (exit {state.get('ExitCode')}"
+        why += ", OOM-killed)" if state.get("OOMKilled") else ")"
+        if agent_err := self.pipe.stderr_tail().strip():
+            why += f"; agent stderr: {tail(agent_err, lines=5)}"
+        return why
+
+
+class DockerBackend(Backend):
+    """Locked-down Docker containers (see module docstring). Needs a running daemon (`make setup`)."""
+
+    name = "docker"
+
+    def __init__(self, runtime: str | None = None) -> None:
+        super().__init__()
+        self.runtime = runtime
+
+    async def check(self) -> None:
+        await asyncio.to_thread(client)
+
+    async def _open(self, spec: SandboxSpec) -> Handle:
+        await self._gc_once()
+        image = await asyncio.to_thread(_resolve, spec.image)
+        name = f"envfarm-{spec.sandbox_id}"
+        try:
+            cid = await asyncio.to_thread(self._create, name, image, spec)
+            exec_id = await asyncio.to_thread(self._exec_create, cid)
+            pipe = await DockerExecPipe.connect(exec_id, client().api._version)
+        except BaseException as e:
+            await asyncio.shield(asyncio.to_thread(self._remove, name))
+            if isinstance(e, (APIError, OSError)):
+                raise SandboxStartError(f"docker sandbox {name} did not start: {e}") from e
+            raise
+        return DockerHandle(self, cid, pipe)
+
+    def _create(self, name: str, image: str, spec: SandboxSpec) -> str:
+        api = client().api
+        lim = spec.limits
+        host_config = api.create_host_config(
+            network_mode="none",
+            read_only=True,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            pids_limit=lim.pids,
+            mem_limit=f"{lim.memory_mb}m",
+            memswap_limit=f"{lim.memory_mb}m",
+            nano_cpus=int(lim.cpus * 1e9),
+            tmpfs={
+                "/workspace": f"rw,exec,nosuid,nodev,size={lim.disk_mb}m,uid={config.AGENT_UID},"
+                f"gid={config.AGENT_UID},mode=0755",
+                "/tmp": f"rw,exec,nosuid,nodev,size={lim.disk_mb}m,mode=1777",
+            },
+            init=True,
+            runtime=self.runtime,
+            ulimits=[{"Name": "core", "Soft": 0, "Hard": 0}],
+        )
+        labels = {config.LABEL: "1", **{f"envfarm.{k}": v for k, v in config.owner().items()}}
+        labels.update(spec.labels)
+        created = api.create_container(
+            image,
+            command=["sleep", "infinity"],
+            name=name,
+            user=f"{config.AGENT_UID}:{config.AGENT_UID}",
+            working_dir=config.AGENT_HOME,
+            environment={"PATH": PATH, "HOME": config.AGENT_HOME, "LANG": "C.UTF-8"},
+            hostname="sandbox",
+            labels=labels,
+            host_config=host_config,
+            network_disabled=True,
+            stop_signal="SIGKILL",
+        )
+        api.start(created["Id"])
+        return created["Id"]
+
+    def _exec_create(self, cid: str) -> str:
+        return client().api.exec_create(
+            cid, agent_argv(), stdin=True, stdout=True, stderr=True, tty=False,
+            user=f"{config.AGENT_UID}:{config.AGENT_UID}", workdir=config.AGENT_HOME,
+        )["Id"]
+
+    @staticmethod
+    def _remove(name_or_id: str) -> None:
+        try:
+            client().api.remove_container(name_or_id, force=True, v=True)
+        except NotFound:
+            pass
+        except (APIError, DockerException) as e:
+            if "already in progress" not in str(e):
+                log.warning("could not remove container %s: %s", name_or_id, e)
+
+    async def _gc_once(self) -> None:
+        global _gc_done
+        if not _gc_done:
+            _gc_done = True
+            removed = await self.gc()
+            if removed:
+                log.info("removed %d orphaned envfarm containers", removed)
+
+    async def gc(self, all_runs: bool = False) -> int:
+        return await asyncio.to_thread(_gc, all_runs)
+
+
+def _resolve(image: str | None) -> str:
+    from .images import resolve_image
+
+    return resolve_image(image)
+
+
+def _owner_alive(labels: dict[str, str]) -> bool:
+    if labels.get("envfarm.owner_host") != socket.gethostname():
+        return True  # not ours to judge
+    try:
+        pid = int(labels.get("envfarm.owner_pid", "0"))
+        os.kill(pid, 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return pid != 0
+
+
+def _gc(all_runs: bool) -> int:
+    label = {"label": f"{config.LABEL}=1"}
+    containers: list[dict[str, Any]] = client().api.containers(all=True, filters=label)
+    doomed = [c for c in containers if all_runs or not _owner_alive(c.get("Labels") or {})]
+    for c in doomed:
+        DockerBackend._remove(c["Id"])
+    return len(doomed)
+
+
+def _remove_own_containers() -> None:
+    """atexit fallback: containers this process still owns (its loop died before closing them)."""
+    try:
+        mine = client().api.containers(
+            all=True, filters={"label": [f"{config.LABEL}=1", f"envfarm.owner_pid={os.getpid()}"]}
+        )
+    except (BackendUnavailable, DockerException):
+        return
+    for c in mine:
+        DockerBackend._remove(c["Id"])
+
+
+atexit.register(_remove_own_containers)
+
+__all__ = ["DockerBackend", "ImageNotFound"]

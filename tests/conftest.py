@@ -1,0 +1,51 @@
+"""Shared fixtures. Docker and bwrap tests are real: `make setup` starts the daemon and builds the images."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+
+import pytest
+from envfarm.sandbox import Backend, get_backend
+
+ISOLATED = [
+    pytest.param("docker", marks=pytest.mark.docker, id="docker"),
+    pytest.param("bwrap", marks=pytest.mark.bwrap, id="bwrap"),
+]
+ALL = [*ISOLATED, pytest.param("local", id="local")]
+
+
+async def _backend(name: str) -> AsyncIterator[Backend]:
+    backend = get_backend(name)
+    await backend.check()
+    try:
+        yield backend
+    finally:
+        await backend.aclose()
+        assert backend.live == 0, f"{name} backend still has {backend.live} sandboxes open"
+
+
+@pytest.fixture(params=ALL)
+async def any_backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    """Each backend in turn, the unisolated `local` one included (for exec semantics)."""
+    async for backend in _backend(request.param):
+        yield backend
+
+
+@pytest.fixture(params=ISOLATED)
+async def isolated_backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    """The backends that must contain hostile code: docker and bwrap."""
+    async for backend in _backend(request.param):
+        yield backend
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leftover_containers() -> object:
+    """After the whole run, this process must own no container (zero left after any test)."""
+    yield
+    from envfarm.sandbox import dockerutil
+
+    if not dockerutil.ping():
+        return
+    mine = dockerutil.client().api.containers(all=True, filters={"label": f"envfarm.owner_pid={os.getpid()}"})
+    assert not mine, f"{len(mine)} envfarm containers left behind: {[c['Names'] for c in mine]}"
