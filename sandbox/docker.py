@@ -122,13 +122,20 @@ class DockerHandle(Handle):
         await asyncio.to_thread(self.backend._remove, self.container_id)
 
     async def death_reason(self) -> str:
-        try:
-            info = await asyncio.to_thread(client().api.inspect_container, self.container_id)
-        except NotFound:
-            return f"container {self.container_id[:12]} was removed from outside"
-        state = info.get("State", {})
-        why = f"container {self.container_id[:12]} is {state.get('Status')} (exit {state.get('ExitCode')}"
-        why += ", OOM-killed)" if state.get("OOMKilled") else ")"
+        for _ in range(20):  # the stream can end a moment before the daemon records the exit
+            try:
+                info = await asyncio.to_thread(client().api.inspect_container, self.container_id)
+            except NotFound:
+                return f"container {self.container_id[:12]} was removed from outside"
+            state = info.get("State", {})
+            if not state.get("Running"):
+                break
+            await asyncio.sleep(0.1)
+        if state.get("Running"):
+            why = f"the agent exited; container {self.container_id[:12]} still runs"
+        else:
+            why = f"container {self.container_id[:12]} {state.get('Status')} (exit {state.get('ExitCode')}"
+            why += ", OOM-killed)" if state.get("OOMKilled") else ")"
         if agent_err := self.pipe.stderr_tail().strip():
             why += f"; agent stderr: {tail(agent_err, lines=5)}"
         return why

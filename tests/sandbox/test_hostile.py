@@ -27,7 +27,7 @@ async def test_fork_bomb_is_capped_by_pids(isolated_backend: Backend) -> None:
         t0 = time.perf_counter()
         res = await sb.exec(":(){ :|:& };:", timeout=5)
         assert time.perf_counter() - t0 < 20
-        assert res.exit_code != 0 or res.timed_out
+        assert "Resource temporarily unavailable" in res.stderr or res.timed_out, res  # the pids cap hit
         assert (await sb.exec("echo survived")).stdout == "survived\n"
         count = int((await sb.exec("ps -e --no-headers | wc -l")).stdout)
         assert count < 10, f"{count} processes left after the fork bomb"
@@ -108,7 +108,7 @@ async def test_container_killed_mid_command_raises_crashed() -> None:
         cid = sb._handle.container_id  # type: ignore[attr-defined]
         await asyncio.to_thread(client().api.kill, cid)
         t0 = time.perf_counter()
-        with pytest.raises(SandboxCrashed, match=r"exited|removed|dead"):
+        with pytest.raises(SandboxCrashed, match=r"died|exited|removed|OOM"):
             await task
         assert time.perf_counter() - t0 < 5
         with pytest.raises(SandboxCrashed):
