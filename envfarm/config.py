@@ -14,9 +14,11 @@ AGENT_HOME = "/workspace"
 
 
 def home() -> Path:
-    """State folder: ``$ENVFARM_HOME`` or ``~/.cache/envfarm`` (rootfs folders, wheelhouse, cgroup names)."""
-    root = os.environ.get("ENVFARM_HOME") or Path.home() / ".cache" / "envfarm"
-    path = Path(root)
+    """State folder (rootfs folders, wheelhouse): ``$ENVFARM_HOME``, else ``/var/lib/envfarm`` for root and
+    ``~/.cache/envfarm`` for others. Root's default sits outside /root (mode 0700) because bwrap sandboxes
+    run as an unprivileged host uid that must traverse the folders above their rootfs."""
+    default = Path("/var/lib/envfarm") if os.geteuid() == 0 else Path.home() / ".cache" / "envfarm"
+    path = Path(os.environ.get("ENVFARM_HOME") or default)
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -1,0 +1,99 @@
+"""The ``envfarm`` command line: one root typer app; each sub-app lives in ``envfarm/commands/<name>.py``.
+
+Commands parse their options and call library code. A :class:`~envfarm.errors.FarmError` raised anywhere
+below is printed once, here, as a red ``error:`` line (plus the log tail it carries) with exit code 2,
+never as a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.markup import escape
+from typer.core import TyperGroup
+
+from envfarm.errors import FarmError
+
+EXIT_FARM_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+err_console = Console(stderr=True)
+
+
+def report_error(error: FarmError) -> None:
+    """Print ``error`` as one red line (its first line) followed by any detail lines, to stderr."""
+    first, _, rest = str(error).partition("\n")
+    line = f"[bold red]error:[/bold red] [red]{escape(first)}[/red]"
+    err_console.print(line, highlight=False, soft_wrap=True)
+    if rest.strip():
+        err_console.print(escape(rest.rstrip()), style="dim", highlight=False, soft_wrap=True)
+
+
+class FarmGroup(TyperGroup):
+    """The root group: maps FarmError from any subcommand to :func:`report_error` + exit code 2."""
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except FarmError as e:
+            report_error(e)
+            raise typer.Exit(EXIT_FARM_ERROR) from None
+
+
+app = typer.Typer(
+    cls=FarmGroup,
+    name="envfarm",
+    help="Sandboxed agent environment farm: sandboxes, images, envs, harness, rollouts.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def root(
+    verbose: Annotated[
+        int, typer.Option("--verbose", "-v", count=True, help="Log more: -v for INFO, -vv for DEBUG.")
+    ] = 0,
+) -> None:
+    """Sandboxed agent environment farm."""
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    handler = RichHandler(console=err_console, show_path=False, rich_tracebacks=False)
+    logging.basicConfig(level=level, format="%(name)s: %(message)s", handlers=[handler])
+    if verbose < 2:
+        for noisy in ("urllib3", "docker"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+# ------------------------------------------------------------------------------------ sub-commands
+# One line per sub-app, each defined in envfarm/commands/<name>.py. Add new ones here:
+#     from envfarm.commands.sandbox import app as sandbox_app
+#     app.add_typer(sandbox_app, name="sandbox")
+#     (and `envfarm demo`, used by `make demo`)
+from envfarm.commands import doctor as _doctor  # noqa: E402
+from envfarm.commands import images as _images  # noqa: E402
+
+app.add_typer(_images.app, name="images")
+app.command(name="doctor")(_doctor.doctor)
+# ------------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    """Entry point of the ``envfarm`` script."""
+    try:
+        app()
+    except FarmError as e:  # raised outside a command (e.g. while building the app); normally FarmGroup
+        report_error(e)
+        sys.exit(EXIT_FARM_ERROR)
+    except KeyboardInterrupt:
+        err_console.print("[red]interrupted[/red]")
+        sys.exit(EXIT_INTERRUPTED)
+
+
+if __name__ == "__main__":
+    main()

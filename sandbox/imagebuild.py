@@ -1,0 +1,226 @@
+"""``docker build`` of a layered image with no network: Python packages come from a host-side wheelhouse.
+
+    pip download (on the host, for the image's Python and glibc)  ->  config.home()/wheelhouse/<hash>/
+    temp build context = images/<name>/* + wheelhouse/            ->  docker build, network_mode="none"
+
+Callers go through :func:`envfarm.sandbox.images.build_image`; this module does the two steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+from docker.errors import DockerException
+
+from envfarm import config
+from envfarm.errors import ImageBuildError, tail
+
+from . import dockerutil, rootfs
+from .rootfs import ProgressFn
+
+log = logging.getLogger(__name__)
+
+BUILD_TIMEOUT_S = 1800  # HTTP timeout of one docker build (the daemon streams its log while building)
+OLDEST_GLIBC_MINOR = 17  # manylinux2014
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One layered image to build."""
+
+    folder: Path
+    """The recipe folder (Dockerfile, requirements.txt, any files the Dockerfile copies)."""
+    tag: str
+    base_tag: str
+    """Passed as the ``BASE`` build argument (``ARG BASE`` / ``FROM ${BASE}``)."""
+    labels: Mapping[str, str]
+    recipe_hash: str
+    """Names the wheelhouse folder."""
+    python: str
+    """The image's Python ("3.11"): wheels are downloaded for it."""
+    glibc: str
+    """The image's glibc ("2.36"): the newest manylinux wheels allowed."""
+
+
+def build_layer(spec: LayerSpec, nocache: bool = False, progress: ProgressFn | None = None) -> str:
+    """Fill the wheelhouse, assemble a build context and run the build; returns the image id."""
+    wheels = wheelhouse(spec, progress)
+    with tempfile.TemporaryDirectory(prefix="envfarm-build-") as tmp:
+        ctx = Path(tmp)
+        shutil.copytree(
+            spec.folder, ctx, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+        )
+        shutil.copytree(wheels, ctx / "wheelhouse", dirs_exist_ok=True)
+        return _docker_build(ctx, spec, nocache, progress)
+
+
+# -------------------------------------------------------------------------------------------- wheelhouse
+
+
+def wheelhouse_dir() -> Path:
+    path = config.home() / "wheelhouse"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def wheelhouse(spec: LayerSpec, progress: ProgressFn | None = None) -> Path:
+    """``wheelhouse/<hash>`` holding wheels for ``requirements.txt`` (empty when there is none); cached."""
+    dest = wheelhouse_dir() / spec.recipe_hash
+    if dest.is_dir():
+        return dest
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{spec.recipe_hash}-", dir=wheelhouse_dir()))
+    try:
+        req = spec.folder / "requirements.txt"
+        if _has_requirements(req):
+            _download(req, tmp, spec, progress)
+        tmp.chmod(0o755)
+        tmp.rename(dest)  # atomic: a wheelhouse folder exists only when complete
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    log.info("wheelhouse %s: %s", dest, ", ".join(sorted(p.name for p in dest.iterdir())) or "empty")
+    return dest
+
+
+def _has_requirements(req: Path) -> bool:
+    if not req.is_file():
+        return False
+    return any(line.strip() and not line.strip().startswith("#") for line in req.read_text().splitlines())
+
+
+def platforms(glibc: str, arch: str | None = None) -> list[str]:
+    """pip ``--platform`` values for an image with ``glibc``: manylinux_2_<minor>..2_18, 2014, any."""
+    arch = arch or platform.machine()
+    try:
+        newest = int(glibc.split(".")[1])
+    except (IndexError, ValueError):
+        newest = OLDEST_GLIBC_MINOR
+    tags = [f"manylinux_2_{minor}_{arch}" for minor in range(newest, OLDEST_GLIBC_MINOR, -1)]
+    return [*tags, f"manylinux2014_{arch}", "any"]
+
+
+def _download(req: Path, dest: Path, spec: LayerSpec, progress: ProgressFn | None) -> None:
+    """Binary wheels for the image's Python; packages without one are built as wheels on the host."""
+    strict = ["download", "--only-binary=:all:", "--python-version", spec.python, "--implementation", "cp"]
+    for tag in platforms(spec.glibc):
+        strict += ["--platform", tag]
+    try:
+        _pip([*strict, "-d", str(dest), "-r", str(req)], progress)
+        return
+    except ImageBuildError as e:
+        first = e
+    host = f"{sys.version_info.major}.{sys.version_info.minor}"
+    log.warning(
+        "some requirements in %s have no wheel for Python %s; building wheels with the host's Python %s%s",
+        req,
+        spec.python,
+        host,
+        "" if host == spec.python else " (only pure-Python packages will install in the image)",
+    )
+    try:
+        _pip(["wheel", "-w", str(dest), "-r", str(req)], progress)
+    except ImageBuildError as e:
+        raise ImageBuildError(f"{first}\nthe fallback failed too:\n{e}") from e
+
+
+def _pip(args: list[str], progress: ProgressFn | None) -> None:
+    cmd = [sys.executable, "-m", "pip", *args]
+    log.info("running %s", " ".join(cmd))
+    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
+    lines: deque[str] = deque(maxlen=30)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            if line := raw.rstrip():
+                lines.append(line)
+                log.debug("pip: %s", line)
+                if progress and not line.startswith("WARNING: Location"):
+                    progress(line)
+        rc = proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if rc != 0:
+        raise ImageBuildError(
+            f"`pip {args[0]}` failed (exit {rc}):\n{tail(chr(10).join(lines))}\n"
+            "fix: check the requirements file and that the package index answers (`pip download NAME`)"
+        )
+
+
+def prune_wheelhouses(keep: set[str]) -> tuple[list[str], int]:
+    """Delete wheelhouse folders whose hash is not in ``keep``; returns (removed paths, bytes freed)."""
+    removed, freed = [], 0
+    for folder in sorted(wheelhouse_dir().iterdir()):
+        if folder.is_dir() and folder.name not in keep:
+            freed += rootfs.disk_usage(folder)
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(str(folder))
+    return removed, freed
+
+
+# ------------------------------------------------------------------------------------------ docker build
+
+
+def _docker_build(ctx: Path, spec: LayerSpec, nocache: bool, progress: ProgressFn | None) -> str:
+    """Run the classic builder with no network, streaming its log to logging; returns the image id."""
+    cli = dockerutil.client()
+    lines: deque[str] = deque(maxlen=40)
+    image_id = None
+    log.info("docker build %s FROM %s (network none)", spec.tag, spec.base_tag)
+    try:
+        stream = cli.api.build(
+            path=str(ctx),
+            tag=spec.tag,
+            buildargs={"BASE": spec.base_tag},
+            labels=dict(spec.labels),
+            network_mode="none",
+            rm=True,
+            forcerm=True,
+            pull=False,
+            nocache=nocache,
+            decode=True,
+            use_config_proxy=False,
+            timeout=BUILD_TIMEOUT_S,
+        )
+        for chunk in stream:
+            image_id = _consume(chunk, spec.tag, lines, progress) or image_id
+        if image_id is None:
+            image_id = cli.images.get(spec.tag).id
+    except (DockerException, requests.RequestException) as e:
+        raise ImageBuildError(f"docker build of {spec.tag} failed: {e}\n{tail(chr(10).join(lines))}") from e
+    return image_id
+
+
+def _consume(chunk: dict[str, Any], tag: str, lines: deque[str], progress: ProgressFn | None) -> str | None:
+    """Handle one decoded build-log message; raise on an error message; return the image id when given."""
+    for line in str(chunk.get("stream", "")).splitlines():
+        if line.strip():
+            lines.append(line)
+            log.info("build %s: %s", tag, line)
+            if progress:
+                progress(line)
+    if "error" in chunk:
+        lines.append(str(chunk["error"]))
+        raise ImageBuildError(
+            f"docker build of {tag} failed:\n{tail(chr(10).join(lines))}\n"
+            "fix: correct the recipe's Dockerfile (builds have no network: install Python packages from "
+            "/tmp/wheelhouse), then run `envfarm images build`"
+        )
+    aux = chunk.get("aux")
+    if isinstance(aux, dict) and isinstance(aux.get("ID"), str):
+        return aux["ID"]
+    return None
