@@ -71,15 +71,16 @@ def root(
 
 
 # ------------------------------------------------------------------------------------ sub-commands
-# One line per sub-app, each defined in envfarm/commands/<name>.py. Add new ones here:
-#     from envfarm.commands.sandbox import app as sandbox_app
-#     app.add_typer(sandbox_app, name="sandbox")
-#     (and `envfarm demo`, used by `make demo`)
+# One line per sub-app, each defined in envfarm/commands/<name>.py.
+from envfarm.commands import demo as _demo  # noqa: E402
 from envfarm.commands import doctor as _doctor  # noqa: E402
 from envfarm.commands import images as _images  # noqa: E402
+from envfarm.commands.sandbox import sandbox_app  # noqa: E402
 
 app.add_typer(_images.app, name="images")
+app.add_typer(sandbox_app, name="sandbox")
 app.command(name="doctor")(_doctor.doctor)
+app.command(name="demo")(_demo.demo)
 # ------------------------------------------------------------------------------------------------
 
 

@@ -40,6 +40,11 @@ class AgentPipe(ABC):
         """What the agent printed on stderr (a traceback when it crashed), if the backend keeps it."""
         return ""
 
+    @property
+    def closed(self) -> bool:
+        """True once the agent is known to be gone (cheap; no I/O)."""
+        return False
+
 
 class ProcessPipe(AgentPipe):
     """The agent as a child process of ours (bwrap, local): its stdin and stdout are the pipe.
@@ -76,14 +81,25 @@ class ProcessPipe(AgentPipe):
     def stderr_tail(self) -> str:
         return self._stderr
 
-    async def close(self) -> None:
+    @property
+    def closed(self) -> bool:
+        return self.proc.returncode is not None
+
+    async def close(self, grace_s: float = 2.0) -> None:
+        """Close the agent's stdin (it then kills any command in flight and exits), then kill it if it
+        has not exited within ``grace_s``."""
         if self.proc.stdin is not None and not self.proc.stdin.is_closing():
             self.proc.stdin.close()
-        if self.proc.returncode is None:
-            try:
-                self.proc.kill()
-            except ProcessLookupError:
-                pass
+        try:
+            async with asyncio.timeout(grace_s):
+                await self.proc.wait()
+            return
+        except TimeoutError:
+            pass
+        try:
+            self.proc.kill()
+        except ProcessLookupError:
+            pass
         await self.proc.wait()
 
 

@@ -146,7 +146,7 @@ class Sandbox(Transfers):
 
     @property
     def alive(self) -> bool:
-        return self._dead is None and self._close_task is None
+        return self._dead is None and self._close_task is None and not self._handle.pipe.closed
 
     # ------------------------------------------------------------------------------------------ commands
 
@@ -210,6 +210,8 @@ class Sandbox(Transfers):
             except (OSError, EOFError, ConnectionError) as e:
                 reason = await self._mark_dead(f"the agent pipe broke during {op!r} ({e})")
                 raise self._dead_error(f"{self} died during {op!r}: {reason}") from e
+            if self._dead is not None:  # kill()ed while in flight: the agent may have answered first
+                raise self._dead_error(f"{self} was killed during {op!r}: {self._dead}")
         if not reply.get("ok"):
             raise _agent_error(self, op, fields, reply)
         return reply
@@ -256,6 +258,8 @@ class Sandbox(Transfers):
     async def close(self) -> None:
         """Destroy the sandbox. Idempotent, and completes even if the caller is cancelled."""
         if self._close_task is None:
+            if self._dead is None:  # a command still in flight raises instead of returning a half result
+                self._dead = "the sandbox was closed"
             self._close_task = asyncio.ensure_future(self._destroy())
         await asyncio.shield(self._close_task)
 

@@ -99,6 +99,10 @@ class DockerExecPipe(AgentPipe):
     def stderr_tail(self) -> str:
         return self._stderr.decode(errors="replace")
 
+    @property
+    def closed(self) -> bool:
+        return self.reader.at_eof() or self.writer.is_closing()
+
     async def close(self) -> None:
         self.writer.close()
         try:

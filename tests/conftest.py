@@ -6,6 +6,7 @@ import os
 from collections.abc import AsyncIterator
 
 import pytest
+
 from envfarm.sandbox import Backend, get_backend
 
 ISOLATED = [

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
-from envfarm.sandbox import Backend, Limits
 
 from envfarm.errors import ExecFailed, ExecTimeout, SandboxFileError
+from envfarm.sandbox import Backend, Limits
 
 
 async def test_exit_codes_and_streams(any_backend: Backend) -> None:

@@ -7,9 +7,9 @@ import asyncio
 import time
 
 import pytest
-from envfarm.sandbox import Backend, Limits, Sandbox
 
 from envfarm.errors import SandboxCrashed
+from envfarm.sandbox import Backend, Limits, Sandbox
 
 
 async def assert_healthy(backend: Backend, *others: Sandbox) -> None:

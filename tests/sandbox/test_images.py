@@ -9,12 +9,12 @@ from pathlib import Path
 
 import docker
 import pytest
-from envfarm.sandbox import dockerutil, imagebuild, images, rootfs
 from typer.testing import CliRunner
 
 from envfarm import config
 from envfarm.cli import app
 from envfarm.errors import ImageNotFound
+from envfarm.sandbox import dockerutil, imagebuild, images, rootfs
 
 
 @pytest.fixture
