@@ -66,10 +66,10 @@ class ProcessPipe(AgentPipe):
         assert stdout is not None
         line = await stdout.readline()
         if not line:
-            await self._collect_stderr()
+            await self.collect_stderr()
         return line
 
-    async def _collect_stderr(self) -> None:
+    async def collect_stderr(self) -> None:
         if self.proc.stderr is None or self._stderr:
             return
         try:

@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from envfarm.config import LABEL
-from envfarm.errors import BackendUnavailable, FarmError
+from envfarm.errors import BackendUnavailable, FarmError, ImageError
 from envfarm.sandbox import ExecResult, Limits, dockerutil, get_backend
 
 EXIT_TIMEOUT = 124  # like coreutils `timeout`
@@ -144,13 +144,16 @@ async def gc_backends(names: list[str], all_runs: bool) -> list[GcOutcome]:
 
 
 async def gc_backend(name: str, all_runs: bool) -> GcOutcome:
-    """``gc`` on one backend; one that fails ``check()`` is skipped, not an error."""
+    """``gc`` on one backend; one that cannot run here (BackendUnavailable) is skipped, not an error.
+    A missing image does not matter: removing leftovers needs none."""
     backend = get_backend(name)
     try:
         try:
             await backend.check()
-        except FarmError as e:
+        except BackendUnavailable as e:
             return GcOutcome(name, None, str(e))
+        except ImageError:
+            pass
         try:
             return GcOutcome(name, await backend.gc(all_runs))
         except FarmError as e:

@@ -88,8 +88,8 @@ async def test_host_paths_and_docker_socket_are_invisible(isolated_backend: Back
 
 async def test_only_loopback_network(isolated_backend: Backend) -> None:
     async with isolated_backend.open() as sb:
-        ifaces = (await sb.exec("ls /sys/class/net")).stdout.split()
-        assert ifaces == ["lo"]
+        ifaces = (await sb.exec("ls /sys/class/net 2>/dev/null")).stdout.split()
+        assert ifaces in ([], ["lo"])  # bwrap mounts no /sys at all; /proc/net/dev is the real check
         dev = (await sb.exec("tail -n +3 /proc/net/dev")).stdout
         assert [line.split(":")[0].strip() for line in dev.splitlines()] == ["lo"]
         routes = (await sb.exec("cat /proc/net/route")).stdout.splitlines()
