@@ -1,0 +1,321 @@
+"""The environment contract: read this file first.
+
+An :class:`AgentEnv` is a ``gymnasium.Env[str, str]``: observations are text, actions are text (an assistant
+message holding one tool call; see ``envs/actions.py`` for the accepted forms). Each episode gets a fresh
+sandbox from a warm pool; the task is generated from the seed, so ``reset(seed=s)`` is deterministic.
+
+    env = gymnasium.make("envfarm/ToolCalc-v0", backend="docker")
+    obs, info = env.reset(seed=7)                 # info["tools"]: OpenAI function-calling schema
+    obs, reward, terminated, truncated, info = env.step('{"name": "calc", "arguments": {"expr": "6*7"}}')
+
+The async core (``areset``/``astep``) is what the farm calls; ``reset``/``step`` run it on a private event
+loop for plain Gymnasium use (a script, ``AsyncVectorEnv``). Rules:
+
+- Bad actions never raise: malformed JSON, an unknown tool or wrong argument types give an observation that
+  says what was wrong and what is accepted, reward 0 for that step.
+- A sandbox failure ends the episode with ``truncated=True`` and ``info["infra_error"]`` set: it is not a
+  reward of 0, and the farm records it as an infrastructure error.
+- ``max_episode_steps`` gives ``truncated``; a final tool (``submit``) gives ``terminated`` and the reward.
+- ``oracle()`` returns a reference action sequence that solves the current task.
+
+A family subclasses AgentEnv and provides ``generate`` (seed → task), ``setup`` (prepare the sandbox),
+tools (async methods decorated with :func:`tool`, arguments as a pydantic model) and ``oracle``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import typing
+from abc import ABCMeta, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, TypeVar
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+from pydantic import BaseModel, ValidationError
+
+from envfarm.errors import SandboxError
+from envfarm.sandbox import Limits, Sandbox, get_backend
+from envfarm.sandbox.pool import SandboxPool
+
+from .actions import FORMAT_HELP, ActionError, parse_action
+
+log = logging.getLogger(__name__)
+
+MAX_ACTION_CHARS = 1 << 16
+MAX_OBS_CHARS = 1 << 20
+DEFAULT_BACKEND = "docker"
+TaskT = TypeVar("TaskT")
+ArgsT = TypeVar("ArgsT", bound=BaseModel)
+
+
+class AnyText(spaces.Text):
+    """A Text space holding any str (unicode included) up to ``max_length``; samples printable ASCII."""
+
+    def __init__(self, max_length: int, seed: int | np.random.Generator | None = None) -> None:
+        printable = frozenset(chr(c) for c in range(32, 127))
+        super().__init__(max_length, min_length=0, charset=printable, seed=seed)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and len(x) <= self.max_length
+
+    def __repr__(self) -> str:
+        return f"AnyText({self.max_length})"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a tool returns when it is more than an observation: a final answer and its reward."""
+
+    observation: str
+    reward: float = 0.0
+    done: bool = False
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+
+ToolFn = Callable[[Any, Any], Awaitable["str | Outcome"]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One tool: its name, description, argument model and implementation (an async env method)."""
+
+    name: str
+    description: str
+    args: type[BaseModel]
+    fn: ToolFn
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI function-calling schema of this tool."""
+        params = self.args.model_json_schema()
+        params.pop("title", None)
+        for prop in params.get("properties", {}).values():
+            prop.pop("title", None)
+        params.setdefault("properties", {})
+        return {"type": "function", "function": {"name": self.name, "description": self.description,
+                                                 "parameters": params}}
+
+
+def tool(description: str) -> Callable[[ToolFn], ToolFn]:
+    """Mark an async method ``(self, args: SomeModel) -> str | Outcome`` as a tool of its env."""
+
+    def mark(fn: ToolFn) -> ToolFn:
+        fn.__envfarm_tool__ = description  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+def truncate(text: str, limit: int, hint: str = "") -> str:
+    """``text`` cut to ``limit`` characters with a note saying how much was dropped."""
+    if len(text) <= limit:
+        return text
+    note = f"\n[... {len(text) - limit} more characters truncated{'; ' + hint if hint else ''}]"
+    return text[: max(0, limit - len(note))] + note
+
+
+class AgentEnv(gymnasium.Env[str, str], Generic[TaskT], metaclass=ABCMeta):
+    """Base of every envfarm environment (see module docstring)."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
+    tools: ClassVar[dict[str, Tool]] = {}
+    default_max_steps: ClassVar[int] = 20
+    default_limits: ClassVar[Limits] = Limits(memory_mb=256, pids=128, disk_mb=64, timeout_s=20)
+    default_image: ClassVar[str | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        found = dict(getattr(cls, "tools", {}))
+        for name, fn in vars(cls).items():
+            if hasattr(fn, "__envfarm_tool__"):
+                found[name] = Tool(name, fn.__envfarm_tool__, _args_model(fn), fn)
+        cls.tools = found
+
+    def __init__(
+        self,
+        backend: str = DEFAULT_BACKEND,
+        image: str | None = None,
+        limits: Limits | None = None,
+        max_episode_steps: int | None = None,
+        pool: SandboxPool | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        self.observation_space = AnyText(MAX_OBS_CHARS)
+        self.action_space = AnyText(MAX_ACTION_CHARS)
+        self.render_mode = render_mode
+        self.max_episode_steps = max_episode_steps or self.default_max_steps
+        self._backend_name = backend
+        self._image = image if image is not None else self.default_image
+        self._limits = limits or self.default_limits
+        self._pool = pool
+        self._own_pool = pool is None
+        self._episode = AsyncExitStack()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.task: TaskT | None = None
+        self.sandbox: Sandbox | None = None
+        self.steps = 0
+        self.done = True
+        self.transcript: list[str] = []
+
+    # --------------------------------------------------------------------------- for families to implement
+
+    @abstractmethod
+    def generate(self, rng: np.random.Generator) -> TaskT:
+        """A task drawn from ``rng`` (seeded by reset): everything needed to set up, prompt and verify."""
+
+    @abstractmethod
+    def prompt(self, task: TaskT) -> str:
+        """The first observation: what the agent must do."""
+
+    async def setup(self, sb: Sandbox, task: TaskT) -> None:
+        """Prepare the fresh sandbox for ``task`` (files, databases)."""
+
+    @abstractmethod
+    def oracle(self) -> list[str]:
+        """Reference actions that solve the current task (call after reset)."""
+
+    def task_id(self, task: TaskT) -> str:
+        """A stable identifier of the task (defaults to the seed-derived repr)."""
+        return str(getattr(task, "task_id", ""))
+
+    # ------------------------------------------------------------------------------------------ async core
+
+    async def areset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """Start an episode: release the previous sandbox, draw the task, lease and prepare a sandbox."""
+        await self._end_episode()
+        gymnasium.Env.reset(self, seed=seed)
+        self.task = self.generate(self.np_random)
+        self.steps, self.done, self.transcript = 0, False, []
+        pool = await self._get_pool()
+        self.sandbox = await self._episode.enter_async_context(pool.lease())
+        try:
+            await self.setup(self.sandbox, self.task)
+        except BaseException:
+            await self._end_episode()
+            raise
+        obs = self.prompt(self.task) + "\n\n" + self.tool_help()
+        self.transcript.append(obs)
+        return obs, self._info()
+
+    async def astep(self, action: str | Mapping[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Run one action. Never raises for bad actions; sandbox failures end the episode (infra_error)."""
+        if self.done or self.sandbox is None:
+            return "The episode is over; call reset() to start a new one.", 0.0, True, False, self._info()
+        self.steps += 1
+        info = self._info()
+        try:
+            outcome = await self._dispatch(action)
+        except SandboxError as e:
+            log.warning("infra error in %s step %d: %s", type(self).__name__, self.steps, e)
+            info["infra_error"] = f"{type(e).__name__}: {e}"
+            await self._end_episode()
+            return f"[infrastructure error: {e}]", 0.0, False, True, info
+        info.update(outcome.info)
+        truncated = not outcome.done and self.steps >= self.max_episode_steps
+        if outcome.done or truncated:
+            await self._end_episode()
+        obs = truncate(outcome.observation, MAX_OBS_CHARS)
+        self.transcript.append(obs)
+        return obs, float(outcome.reward), outcome.done, truncated, info
+
+    async def _dispatch(self, action: str | Mapping[str, Any]) -> Outcome:
+        try:
+            call = parse_action(action)
+        except ActionError as e:
+            return Outcome(f"Error: {e}", info={"action_error": "parse"})
+        spec = self.tools.get(call.name)
+        if spec is None:
+            names = ", ".join(sorted(self.tools))
+            return Outcome(f"Error: unknown tool {call.name!r}. Available tools: {names}.",
+                           info={"action_error": "unknown_tool"})
+        try:
+            args = spec.args.model_validate(dict(call.arguments))
+        except ValidationError as e:
+            return Outcome(_explain(spec, e), info={"action_error": "arguments"})
+        result = await spec.fn(self, args)
+        return result if isinstance(result, Outcome) else Outcome(result)
+
+    async def aclose(self) -> None:
+        """Release the sandbox and, if this env made it, the pool."""
+        await self._end_episode()
+        if self._own_pool and self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.aclose()
+            await pool.backend.aclose()
+
+    async def _get_pool(self) -> SandboxPool:
+        if self._pool is None:
+            backend = get_backend(self._backend_name)
+            self._pool = SandboxPool(backend, image=self._image, limits=self._limits, size=1)
+        return self._pool
+
+    async def _end_episode(self) -> None:
+        self.done = True
+        self.sandbox = None
+        await self._episode.aclose()
+        self._episode = AsyncExitStack()
+
+    # ------------------------------------------------------------------------------------- gymnasium API
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        return self._run(self.areset(seed=seed, options=options))
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        return self._run(self.astep(action))
+
+    def close(self) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.run_until_complete(self.aclose())
+            self._loop.close()
+        self._loop = None
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi":
+            return "\n---\n".join(self.transcript)
+        return None
+
+    def _run(self, coro: Awaitable[Any]) -> Any:
+        if self._loop is None or self._loop.is_closed():
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(coro)
+
+    # ------------------------------------------------------------------------------------------- helpers
+
+    def tool_help(self) -> str:
+        lines = ["Tools:"]
+        for spec in self.tools.values():
+            params = spec.schema()["function"]["parameters"].get("properties", {})
+            args = ", ".join(f"{k}: {v.get('type', 'any')}" for k, v in params.items())
+            lines.append(f"- {spec.name}({args}): {spec.description}")
+        lines.append(FORMAT_HELP)
+        return "\n".join(lines)
+
+    def _info(self) -> dict[str, Any]:
+        info: dict[str, Any] = {"tools": [t.schema() for t in self.tools.values()], "step": self.steps}
+        if self.task is not None:
+            info["task_id"] = self.task_id(self.task)
+        return info
+
+
+def _args_model(fn: ToolFn) -> type[BaseModel]:
+    model = typing.get_type_hints(fn).get("args")
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise TypeError(f"tool {fn.__qualname__} must take `args: <pydantic model>`; got {model!r}")
+    return model
+
+
+def _explain(spec: Tool, err: ValidationError) -> str:
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or '(arguments)'}: {e['msg']}" for e in err.errors()
+    )
+    params = spec.schema()["function"]["parameters"]
+    return (f"Error: bad arguments for {spec.name}: {problems}. Expected arguments matching this JSON "
+            f"schema: {params}")

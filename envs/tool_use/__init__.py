@@ -1,0 +1,1 @@
+"""Tool-use environment families: ToolCalc, SqlQuery, FileOps, OrderDesk."""
