@@ -13,6 +13,12 @@ from .registration import EnvInfo, discover_plugins, env_info, plugin_errors, re
 BUILTIN = {
     "envfarm/ToolCalc-v0": ("envfarm.envs.tool_use.toolcalc:ToolCalcEnv",
                             "Arithmetic word problems solved with a sandboxed calculator tool"),
+    "envfarm/SqlQuery-v0": ("envfarm.envs.tool_use.sqlquery:SqlQueryEnv",
+                            "Questions answered by read-only SQL over a generated SQLite database"),
+    "envfarm/FileOps-v0": ("envfarm.envs.tool_use.fileops:FileOpsEnv",
+                           "Reach a target filesystem state with a shell tool; the state is verified"),
+    "envfarm/OrderDesk-v0": ("envfarm.envs.tool_use.orderdesk:OrderDeskEnv",
+                             "Customer-service desk: look up and modify orders under written policy rules"),
 }
 
 
