@@ -74,11 +74,13 @@ def root(
 # One line per sub-app, each defined in envfarm/commands/<name>.py.
 from envfarm.commands import demo as _demo  # noqa: E402
 from envfarm.commands import doctor as _doctor  # noqa: E402
+from envfarm.commands import envs as _envs  # noqa: E402
 from envfarm.commands import images as _images  # noqa: E402
 from envfarm.commands.sandbox import sandbox_app  # noqa: E402
 
 app.add_typer(_images.app, name="images")
 app.add_typer(sandbox_app, name="sandbox")
+app.add_typer(_envs.app, name="envs")
 app.command(name="doctor")(_doctor.doctor)
 app.command(name="demo")(_demo.demo)
 # ------------------------------------------------------------------------------------------------

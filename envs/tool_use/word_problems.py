@@ -69,7 +69,8 @@ def _l3(rng: np.random.Generator, t: int) -> Problem:
             f"items are split equally among {e} classrooms. How many items does each classroom get?",
             f"({a}*{b}+{c}*{d}+{extra})/{e}", t, a, b, c, d, e, extra)
     if t == 1:
-        p, q, f = b, b + d, _n(rng, 1, 50)
+        p, q = b, b + d
+        f = _n(rng, 1, min(50, c * d - 1))  # the fee never eats the whole gain
         return _problem(
             f"An investor buys {a + c} shares at {p} dollars each and later sells {c} of them at {q} dollars "
             f"each, paying a fee of {f} dollars. What is the profit in dollars on the shares sold?",

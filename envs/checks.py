@@ -1,0 +1,201 @@
+"""The conformance suite every registered env must pass (used by the tests and `envfarm envs check ID`).
+
+1. ``check_env``: Gymnasium's own API checker on the unwrapped env.
+2. determinism: ``reset(seed=s)`` twice gives the same task and first observation; seeds differ.
+3. oracle: the env's reference solution solves at least 99% of N seeds (every generated task is solvable).
+4. malformed actions: bad JSON, unknown tools, wrong argument types… give an error observation, reward 0,
+   and never raise or end the episode.
+5. no leaks: after many episodes the env holds at most its warm sandbox, and none after ``close()``.
+6. vector: ``gymnasium.vector.AsyncVectorEnv`` runs it in subprocesses.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium
+
+from .core import AgentEnv
+
+ORACLE_MIN_RATE = 0.99
+MALFORMED = (
+    "",
+    "I think the answer is 4.",
+    '{"name": "calc", "arguments": {"expr": ',
+    "<tool_call>not json</tool_call>",
+    '{"arguments": {}}',
+    '{"name": "no_such_tool_xyz", "arguments": {}}',
+    '{"name": "%TOOL%", "arguments": {"no_such_argument_xyz": [1, 2, 3]}}',
+    '{"name": "%TOOL%", "arguments": "[1, 2]"}',
+    '<tool_call>{"name": "%TOOL%", "arguments": {}}</tool_call><tool_call>{"name": "%TOOL%"}</tool_call>',
+    "\x00\x01 ünïcödé 🚀",
+)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    passed: bool
+    detail: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ConformanceReport:
+    env_id: str
+    backend: str
+    results: tuple[CheckResult, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+
+Progress = Callable[[str, int, int], None]
+
+
+def make(env_id: str, backend: str) -> AgentEnv[Any]:
+    env = gymnasium.make(env_id, backend=backend).unwrapped
+    if not isinstance(env, AgentEnv):
+        raise TypeError(f"{env_id} is not an envfarm AgentEnv (got {type(env).__name__})")
+    return env
+
+
+@contextmanager
+def opened(env_id: str, backend: str) -> Iterator[AgentEnv[Any]]:
+    env = make(env_id, backend)
+    try:
+        yield env
+    finally:
+        env.close()
+
+
+def run_episode(env: AgentEnv[Any], seed: int) -> tuple[float, bool, dict[str, Any]]:
+    """Play the oracle on ``seed``; (total reward, terminated, last info)."""
+    env.reset(seed=seed)
+    total, terminated, info = 0.0, False, {}
+    for action in env.oracle():
+        _, reward, terminated, truncated, info = env.step(action)
+        total += reward
+        if terminated or truncated:
+            break
+    return total, terminated, info
+
+
+def check_api(env_id: str, backend: str) -> str:
+    from gymnasium.utils.env_checker import check_env
+
+    with opened(env_id, backend) as env, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check_env(env, skip_render_check=True)
+    return "gymnasium check_env passed"
+
+
+def check_determinism(env_id: str, backend: str) -> str:
+    with opened(env_id, backend) as env:
+        firsts = [env.reset(seed=s) for s in (11, 11, 12, 13)]
+    (a, ia), (b, ib) = firsts[0], firsts[1]
+    assert a == b and ia.get("task_id") == ib.get("task_id"), "reset(seed=11) twice gave different tasks"
+    assert len({o for o, _ in firsts}) >= 2, "seeds 11, 12, 13 all gave the same first observation"
+    return "same seed, same task and first observation; different seeds differ"
+
+
+def check_oracle(env_id: str, backend: str, seeds: int, progress: Progress | None) -> str:
+    solved, failures, infra = 0, [], 0
+    with opened(env_id, backend) as env:
+        for seed in range(seeds):
+            reward, terminated, info = run_episode(env, seed)
+            if "infra_error" in info:
+                infra += 1
+            if reward > 0 and terminated:
+                solved += 1
+            elif len(failures) < 5:
+                failures.append(f"seed {seed}: reward {reward} {info.get('infra_error', '')}".strip())
+            if progress:
+                progress("oracle", seed + 1, seeds)
+    rate = solved / seeds
+    detail = f"oracle solved {solved}/{seeds} seeds ({rate:.1%}); infra errors {infra}"
+    assert rate >= ORACLE_MIN_RATE, f"{detail}; first failures: {failures}"
+    return detail
+
+
+def check_malformed(env_id: str, backend: str) -> str:
+    with opened(env_id, backend) as env:
+        _, info = env.reset(seed=0)
+        tool = info["tools"][0]["function"]["name"]
+        for raw in MALFORMED:
+            action = raw.replace("%TOOL%", tool)
+            obs, reward, terminated, truncated, info = env.step(action)
+            assert isinstance(obs, str) and "error" in obs.lower(), f"{action!r} gave no error: {obs[:200]!r}"
+            assert reward == 0 and not terminated, f"{action!r} ended the episode or paid a reward"
+            assert "infra_error" not in info, f"{action!r} was treated as an infrastructure error"
+            if truncated:  # step limit reached: start over
+                env.reset(seed=0)
+    return f"{len(MALFORMED)} malformed actions gave error observations"
+
+
+def check_leaks(env_id: str, backend: str, episodes: int, progress: Progress | None) -> str:
+    env = make(env_id, backend)
+    try:
+        peak = 0
+        for i in range(episodes):
+            run_episode(env, 10_000 + i)
+            pool = env._pool
+            peak = max(peak, pool.backend.live if pool is not None else 0)
+            if progress:
+                progress("leaks", i + 1, episodes)
+        backend_obj = env._pool.backend if env._pool is not None else None
+    finally:
+        env.close()
+    assert peak <= 2, f"{peak} sandboxes alive between episodes (expected the warm one and at most one more)"
+    left = backend_obj.live if backend_obj is not None else 0
+    assert left == 0, f"{left} sandboxes still open after close()"
+    return f"{episodes} episodes: at most {peak} sandboxes alive between episodes, 0 after close()"
+
+
+def check_vector(env_id: str, backend: str) -> str:
+    fns = [lambda: gymnasium.make(env_id, backend=backend) for _ in range(2)]
+    venv = gymnasium.vector.AsyncVectorEnv(fns, shared_memory=False)
+    try:
+        obs, _ = venv.reset(seed=[1, 2])
+        assert len(obs) == 2 and all(isinstance(o, str) and o for o in obs)
+        obs, rewards, _, _, _ = venv.step(("not a tool call", "not a tool call"))
+        assert all("error" in o.lower() for o in obs) and list(rewards) == [0.0, 0.0]
+    finally:
+        venv.close()
+    return "AsyncVectorEnv with 2 workers reset and stepped"
+
+
+def run_conformance(
+    env_id: str,
+    backend: str = "bwrap",
+    seeds: int = 200,
+    leak_episodes: int = 100,
+    vector: bool = True,
+    progress: Progress | None = None,
+) -> ConformanceReport:
+    """Run every check on ``env_id``; failures are recorded, not raised."""
+    checks: list[tuple[str, Callable[[], str]]] = [
+        ("check_env", lambda: check_api(env_id, backend)),
+        ("determinism", lambda: check_determinism(env_id, backend)),
+        ("oracle", lambda: check_oracle(env_id, backend, seeds, progress)),
+        ("malformed_actions", lambda: check_malformed(env_id, backend)),
+        ("no_leaks", lambda: check_leaks(env_id, backend, leak_episodes, progress)),
+    ]
+    if vector:
+        checks.append(("async_vector_env", lambda: check_vector(env_id, backend)))
+    results = []
+    for name, fn in checks:
+        t0 = time.perf_counter()
+        try:
+            results.append(CheckResult(name, True, fn(), time.perf_counter() - t0))
+        except Exception as e:  # a failing check is a result, not a crash
+            results.append(CheckResult(name, False, f"{type(e).__name__}: {e}", time.perf_counter() - t0))
+        if progress:
+            progress(name, 1, 1)
+    return ConformanceReport(env_id, backend, tuple(results))
