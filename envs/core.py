@@ -25,6 +25,7 @@ tools (async methods decorated with :func:`tool`, arguments as a pydantic model)
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import typing
 from abc import ABCMeta, abstractmethod
@@ -123,6 +124,7 @@ class AgentEnv(gymnasium.Env[str, str], Generic[TaskT], metaclass=ABCMeta):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
     tools: ClassVar[dict[str, Tool]] = {}
+    _schemas: ClassVar[tuple[dict[str, Any], ...]] = ()
     default_max_steps: ClassVar[int] = 20
     default_limits: ClassVar[Limits] = Limits(memory_mb=256, pids=128, disk_mb=64, timeout_s=20)
     default_image: ClassVar[str | None] = None
@@ -134,6 +136,7 @@ class AgentEnv(gymnasium.Env[str, str], Generic[TaskT], metaclass=ABCMeta):
             if hasattr(fn, "__envfarm_tool__"):
                 found[name] = Tool(name, fn.__envfarm_tool__, _args_model(fn), fn)
         cls.tools = found
+        cls._schemas = tuple(t.schema() for t in found.values())
 
     def __init__(
         self,
@@ -299,7 +302,7 @@ class AgentEnv(gymnasium.Env[str, str], Generic[TaskT], metaclass=ABCMeta):
         return "\n".join(lines)
 
     def _info(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"tools": [t.schema() for t in self.tools.values()], "step": self.steps}
+        info: dict[str, Any] = {"tools": copy.deepcopy(list(self._schemas)), "step": self.steps}
         if self.task is not None:
             info["task_id"] = self.task_id(self.task)
         return info
