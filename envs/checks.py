@@ -160,11 +160,11 @@ def check_leaks(env_id: str, backend: str, episodes: int, progress: Progress | N
 
 def check_vector(env_id: str, backend: str) -> str:
     fns = [lambda: gymnasium.make(env_id, backend=backend) for _ in range(2)]
-    venv = gymnasium.vector.AsyncVectorEnv(fns, shared_memory=False)
+    venv = gymnasium.vector.AsyncVectorEnv(fns, shared_memory=False)  # text cannot use shared memory
     try:
         obs, _ = venv.reset(seed=[1, 2])
-        assert len(obs) == 2 and all(isinstance(o, str) and o for o in obs)
-        obs, rewards, _, _, _ = venv.step(("not a tool call", "not a tool call"))
+        assert len(obs) == 2 and all(isinstance(o, str) and "\n" in o for o in obs), "observations lost text"
+        obs, rewards, _, _, _ = venv.step(("not a tool call ✓", "not a tool call ✓"))
         assert all("error" in o.lower() for o in obs) and list(rewards) == [0.0, 0.0]
     finally:
         venv.close()

@@ -36,7 +36,6 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import gymnasium
 import numpy as np
-from gymnasium import spaces
 from pydantic import BaseModel, ValidationError
 
 from envfarm.errors import SandboxError
@@ -44,6 +43,7 @@ from envfarm.sandbox import Limits, Sandbox, get_backend
 from envfarm.sandbox.pool import SandboxPool
 
 from .actions import FORMAT_HELP, ActionError, parse_action
+from .spaces import AnyText
 
 log = logging.getLogger(__name__)
 
@@ -52,20 +52,6 @@ MAX_OBS_CHARS = 1 << 20
 DEFAULT_BACKEND = "docker"
 TaskT = TypeVar("TaskT")
 ArgsT = TypeVar("ArgsT", bound=BaseModel)
-
-
-class AnyText(spaces.Text):
-    """A Text space holding any str (unicode included) up to ``max_length``; samples printable ASCII."""
-
-    def __init__(self, max_length: int, seed: int | np.random.Generator | None = None) -> None:
-        printable = frozenset(chr(c) for c in range(32, 127))
-        super().__init__(max_length, min_length=0, charset=printable, seed=seed)
-
-    def contains(self, x: Any) -> bool:
-        return isinstance(x, str) and len(x) <= self.max_length
-
-    def __repr__(self) -> str:
-        return f"AnyText({self.max_length})"
 
 
 @dataclass(frozen=True)
