@@ -15,8 +15,11 @@ Answers: ``{"id": N, "ok": true, ...}`` or ``{"id": N, "ok": false, "kind": "Fil
 
 Every command runs in a new session with stdin from /dev/null. The agent is a child subreaper, so when a
 command ends, times out or is cancelled, its whole process tree is killed, including daemons that called
-``setsid``: no exec leaves a process behind. Output beyond ``max_output`` bytes per stream is drained and
-dropped (``truncated``). A command that cannot start answers exit code 127, like a shell.
+``setsid``: no exec leaves a process behind. The backends run the agent as PID 1 of the sandbox's pid
+namespace and it installs no signal handler, so commands (same uid) cannot signal it; it is also
+non-dumpable, so they cannot reach its pipes through /proc. Output beyond ``max_output`` bytes
+per stream is drained and dropped (``truncated``). A command that cannot start answers exit code 127,
+like a shell.
 
 This file must stay importable with nothing but the standard library of Python >= 3.9: it runs inside
 images built from any Debian suite.
@@ -31,6 +34,7 @@ import sys
 import time
 
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_DUMPABLE = 4
 CHUNK = 1 << 16
 DRAIN_AFTER_KILL_S = 2.0  # stop reading this long after a kill, even if a pipe stays open
 DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)
@@ -38,12 +42,15 @@ EXIT_GRACE_S = 0.05  # after the command exits, wait this long for its pipes to 
 STDIN = 0
 
 
-def become_subreaper():
+def harden():
+    """Child subreaper (orphans of commands come back to us and die with their exec) and non-dumpable
+    (commands run as our uid: without this they could open /proc/<agent>/fd and write to our pipes)."""
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     except (OSError, AttributeError):  # pragma: no cover - non-Linux or no libc
         pass
 
@@ -412,9 +419,13 @@ def handle(req, lines):
 
 
 def main():
-    become_subreaper()
+    harden()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # an inherited SIG_IGN would auto-reap our children
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    # No handler for any signal: as PID 1 of the sandbox's pid namespace (both backends start us so) the
+    # kernel then drops every signal sent from inside, SIGKILL included: `kill -9 -1` or `kill -INT 1` in a
+    # command cannot take the agent down and turn a failing episode into an infrastructure error.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     lines = Lines(STDIN)
     while True:
         line = lines.next()

@@ -97,6 +97,7 @@ def bwrap_args(rootfs: Path, limits: Limits, command: Sequence[str], path: str =
     size, uid = str(limits.disk_mb << 20), str(AGENT_UID)
     return [
         "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+        "--as-pid-1",  # the agent is PID 1: signals from commands inside cannot reach it
         "--cap-drop", "ALL", "--clearenv",
         "--ro-bind", str(rootfs), "/",
         "--proc", "/proc",

@@ -1,10 +1,12 @@
 """The ``docker`` backend: one locked-down container per sandbox, the agent reached over one exec stream.
 
-Each container runs ``sleep infinity`` under docker-init with no network (``network_mode="none"``), no
-capabilities, no-new-privileges, uid 1000, a read-only root, size-capped tmpfs on /workspace and /tmp, and
-pids/memory/CPU limits. The agent is started once per sandbox through ``POST /exec/{id}/start`` upgraded to
-a raw stream on the daemon's unix socket, read with asyncio (no host process and no thread per sandbox).
-The docker socket is never mounted into a container.
+Each container runs the agent itself as its main process (PID 1, so commands inside cannot signal it)
+with no network (``network_mode="none"``), no capabilities, no-new-privileges, uid 1000, a read-only root,
+size-capped tmpfs on /workspace and /tmp, and pids/memory/CPU limits. The host talks to the agent over
+the container's stdin/stdout: ``POST /containers/{id}/attach`` upgraded to a raw stream on the daemon's
+unix socket before the container starts, read with asyncio (no host process and no thread per sandbox).
+When that stream closes the agent sees end of input and exits, and the container stops. The docker
+socket is never mounted into a container.
 
 Every container is labelled ``envfarm=1`` with its owner pid, host and run id; ``gc()`` (run once per
 process at first use, and by ``envfarm sandbox gc``) removes containers whose owner process is gone, and an
@@ -47,8 +49,8 @@ def _socket_path() -> str:
     return url.path
 
 
-class DockerExecPipe(AgentPipe):
-    """The agent's stdin/stdout over a hijacked exec stream (frames demultiplexed here)."""
+class DockerStreamPipe(AgentPipe):
+    """The agent's stdin/stdout over a hijacked attach stream (frames demultiplexed here)."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
@@ -56,20 +58,19 @@ class DockerExecPipe(AgentPipe):
         self._stderr = bytearray()
 
     @classmethod
-    async def connect(cls, exec_id: str, api_version: str) -> DockerExecPipe:
+    async def attach(cls, container_id: str, api_version: str) -> DockerStreamPipe:
+        """Attach to the (not yet started) container's stdin, stdout and stderr."""
         reader, writer = await asyncio.open_unix_connection(_socket_path(), limit=LINE_LIMIT)
-        body = b'{"Detach":false,"Tty":false}'
         head = (
-            f"POST /v{api_version}/exec/{exec_id}/start HTTP/1.1\r\nHost: docker\r\n"
-            f"Content-Type: application/json\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n"
+            f"POST /v{api_version}/containers/{container_id}/attach?stream=1&stdin=1&stdout=1&stderr=1 "
+            f"HTTP/1.1\r\nHost: docker\r\nConnection: Upgrade\r\nUpgrade: tcp\r\nContent-Length: 0\r\n\r\n"
         )
-        writer.write(head.encode() + body)
+        writer.write(head.encode())
         await writer.drain()
         status = await reader.readuntil(b"\r\n\r\n")
         if not status.startswith((b"HTTP/1.1 101", b"HTTP/1.1 200", b"HTTP/1.0 200")):
             writer.close()
-            raise SandboxStartError(f"docker refused to attach to exec {exec_id}: {status[:200]!r}")
+            raise SandboxStartError(f"docker refused to attach to {container_id[:12]}: {status[:200]!r}")
         return cls(reader, writer)
 
     async def send(self, data: bytes) -> None:
@@ -112,7 +113,7 @@ class DockerExecPipe(AgentPipe):
 
 
 class DockerHandle(Handle):
-    def __init__(self, backend: DockerBackend, container_id: str, pipe: DockerExecPipe) -> None:
+    def __init__(self, backend: DockerBackend, container_id: str, pipe: DockerStreamPipe) -> None:
         self.backend = backend
         self.container_id = container_id
         self.pipe = pipe
@@ -135,11 +136,8 @@ class DockerHandle(Handle):
             if not state.get("Running"):
                 break
             await asyncio.sleep(0.1)
-        if state.get("Running"):
-            why = f"the agent exited; container {self.container_id[:12]} still runs"
-        else:
-            why = f"container {self.container_id[:12]} {state.get('Status')} (exit {state.get('ExitCode')}"
-            why += ", OOM-killed)" if state.get("OOMKilled") else ")"
+        why = f"container {self.container_id[:12]} {state.get('Status')} (exit {state.get('ExitCode')}"
+        why += ", OOM-killed)" if state.get("OOMKilled") else ")"
         if agent_err := self.pipe.stderr_tail().strip():
             why += f"; agent stderr: {tail(agent_err, lines=5)}"
         return why
@@ -163,8 +161,8 @@ class DockerBackend(Backend):
         name = f"envfarm-{spec.sandbox_id}"
         try:
             cid = await asyncio.to_thread(self._create, name, image, spec)
-            exec_id = await asyncio.to_thread(self._exec_create, cid)
-            pipe = await DockerExecPipe.connect(exec_id, client().api._version)
+            pipe = await DockerStreamPipe.attach(cid, client().api._version)
+            await asyncio.to_thread(client().api.start, cid)
         except BaseException as e:
             await asyncio.shield(asyncio.to_thread(self._remove, name))
             if isinstance(e, (APIError, OSError)):
@@ -189,7 +187,7 @@ class DockerBackend(Backend):
                 f"gid={config.AGENT_UID},mode=0755",
                 "/tmp": f"rw,exec,nosuid,nodev,size={lim.disk_mb}m,mode=1777",
             },
-            init=True,
+            init=False,  # the agent is PID 1 (see the module docstring)
             runtime=self.runtime,
             ulimits=[{"Name": "core", "Soft": 0, "Hard": 0}],
         )
@@ -197,8 +195,10 @@ class DockerBackend(Backend):
         labels.update(spec.labels)
         created = api.create_container(
             image,
-            command=["sleep", "infinity"],
+            command=agent_argv(),
             name=name,
+            stdin_open=True,
+            detach=False,  # with stdin_open: StdinOnce; our stream closing ends the agent and container
             user=f"{config.AGENT_UID}:{config.AGENT_UID}",
             working_dir=config.AGENT_HOME,
             environment={"PATH": PATH, "HOME": config.AGENT_HOME, "LANG": "C.UTF-8"},
@@ -208,14 +208,7 @@ class DockerBackend(Backend):
             network_disabled=True,
             stop_signal="SIGKILL",
         )
-        api.start(created["Id"])
         return created["Id"]
-
-    def _exec_create(self, cid: str) -> str:
-        return client().api.exec_create(
-            cid, agent_argv(), stdin=True, stdout=True, stderr=True, tty=False,
-            user=f"{config.AGENT_UID}:{config.AGENT_UID}", workdir=config.AGENT_HOME,
-        )["Id"]
 
     @staticmethod
     def _remove(name_or_id: str) -> None:

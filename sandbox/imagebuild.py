@@ -55,14 +55,19 @@ class LayerSpec:
 
 
 def build_layer(spec: LayerSpec, nocache: bool = False, progress: ProgressFn | None = None) -> str:
-    """Fill the wheelhouse, assemble a build context and run the build; returns the image id."""
-    wheels = wheelhouse(spec, progress)
+    """Fill the wheelhouse, assemble a build context and run the build; returns the image id.
+
+    A recipe without requirements gets an empty ``wheelhouse/`` in its context and no cached wheelhouse
+    folder (the harness builds one such layer per SWE-bench instance)."""
     with tempfile.TemporaryDirectory(prefix="envfarm-build-") as tmp:
         ctx = Path(tmp)
         shutil.copytree(
             spec.folder, ctx, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
         )
-        shutil.copytree(wheels, ctx / "wheelhouse", dirs_exist_ok=True)
+        if _has_requirements(spec.folder / "requirements.txt"):
+            shutil.copytree(wheelhouse(spec, progress), ctx / "wheelhouse", dirs_exist_ok=True)
+        else:
+            (ctx / "wheelhouse").mkdir(exist_ok=True)
         return _docker_build(ctx, spec, nocache, progress)
 
 

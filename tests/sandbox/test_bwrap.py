@@ -78,7 +78,7 @@ async def test_agent_uid_inside_and_unprivileged_host_uid(backend: BwrapBackend)
         assert (uid, gid) == ("1000", "1000")
         assert all(line.endswith("0000000000000000") for line in caps if line)
         pids = handle(sb).cgroup.pids()
-        assert len(pids) >= 3  # outer bwrap, inner bwrap, agent
+        assert len(pids) >= 2  # bwrap, and the agent (PID 1 inside: --as-pid-1)
         ps = await asyncio.create_subprocess_exec("ps", "-o", "uid=", "-p", ",".join(map(str, pids)),
                                                   stdout=asyncio.subprocess.PIPE)
         out = (await ps.communicate())[0].decode().split()
@@ -234,14 +234,6 @@ async def test_killing_bwrap_from_outside_crashes_exec(backend: BwrapBackend) ->
         assert not sb.alive
         with pytest.raises(SandboxCrashed):
             await sb.exec(["true"])
-    assert not any(d.exists() for d in handle(sb).cgroup.dirs)
-
-
-@pytest.mark.bwrap
-async def test_agent_killed_inside_is_reported(backend: BwrapBackend) -> None:
-    async with backend.open() as sb:
-        with pytest.raises(SandboxCrashed, match=r"agent was killed by signal 9 \(bwrap exit 137\)"):
-            await sb.exec("kill -9 $PPID; sleep 5")
     assert not any(d.exists() for d in handle(sb).cgroup.dirs)
 
 

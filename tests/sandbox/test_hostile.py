@@ -64,6 +64,18 @@ async def test_huge_output_is_truncated_not_buffered(isolated_backend: Backend) 
         await assert_healthy(isolated_backend, sb)
 
 
+async def test_commands_cannot_kill_or_hijack_the_agent(isolated_backend: Backend) -> None:
+    """Commands run as the agent's uid; a policy must not turn a failing episode into an infra error."""
+    async with isolated_backend.open() as sb:
+        for attack in ("kill -9 $PPID", "kill -9 -1", "kill -INT 1", "kill -STOP 1", "kill -9 1"):
+            await sb.exec(attack, timeout=10)
+            assert (await sb.exec("echo alive")).stdout == "alive\n", attack
+        res = await sb.exec("echo '{\"id\": 99, \"op\": \"ping\"}' > /proc/1/fd/0")
+        assert res.exit_code != 0, "a command could write into the agent's input"
+        assert (await sb.exec("cat /proc/1/environ")).exit_code != 0
+        assert (await sb.exec("echo alive")).stdout == "alive\n"
+
+
 async def test_root_is_read_only_and_user_unprivileged(isolated_backend: Backend) -> None:
     async with isolated_backend.open() as sb:
         assert (await sb.exec("id -u")).stdout.strip() == "1000"
