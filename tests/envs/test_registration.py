@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -52,8 +53,9 @@ def _install(tmp: Path) -> dict[str, str]:
         [project.entry-points."envfarm.envs"]
         broken = "broken_plugin:register"
     """))
+    echo = shutil.copytree(ROOT / "examples" / "envfarm-echo", tmp / "echo")  # builds leave files behind
     target = tmp / "site"
-    for pkg in (ROOT / "examples" / "envfarm-echo", broken):
+    for pkg in (echo, broken):
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
                         "--target", str(target), str(pkg)], check=True, timeout=300)
     return {**os.environ, "PYTHONPATH": str(target)}
