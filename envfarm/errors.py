@@ -6,13 +6,26 @@
     ├── ImageError                            building or finding images
     │   ├── ImageNotFound (LookupError)       -> run `envfarm images build`
     │   └── ImageBuildError                   a build step failed; the message holds the log tail
-    └── SandboxError                          anything inside one sandbox
-        ├── SandboxStartError                 the sandbox or its agent did not come up
-        ├── SandboxCrashed                    killed from outside, OOM-killed agent, daemon gone mid-command
-        ├── LeaseExpired                      a pool lease outlived its deadline and was reclaimed
-        ├── ExecTimeout (TimeoutError)        a command ran past its timeout (raised with check=True)
-        ├── ExecFailed                        a command exited non-zero (raised with check=True)
-        └── SandboxFileError (OSError)        read/write/upload/download failed inside the sandbox
+    ├── SandboxError                          anything inside one sandbox
+    │   ├── SandboxStartError                 the sandbox or its agent did not come up
+    │   ├── SandboxCrashed                    killed from outside, OOM-killed agent, daemon gone mid-command
+    │   ├── LeaseExpired                      a pool lease outlived its deadline and was reclaimed
+    │   ├── ExecTimeout (TimeoutError)        a command ran past its timeout (raised with check=True)
+    │   ├── ExecFailed                        a command exited non-zero (raised with check=True)
+    │   └── SandboxFileError (OSError)        read/write/upload/download failed inside the sandbox
+    ├── HarnessError                          the SWE-bench harness (envfarm/harness)
+    │   ├── DatasetError (ValueError)         an instances/predictions file that is unreadable or malformed
+    │   ├── SpecNotFound (LookupError)        no environment spec for a repo/version -> write
+    │   │                                     images/swebench/<owner>__<name>.toml (the message names it)
+    │   ├── RepoNotFound (LookupError)        no repository or base commit in --repo-source -> clone/fetch it
+    │   └── PatchApplyError                   a patch applies with none of SWE-bench's fallback commands
+    └── RolloutError                          the rollout farm (envfarm/rollout)
+        ├── PolicyError                       one policy call failed (a 400, an unusable reply): that episode
+        │                                     is recorded with `error`, the run goes on
+        ├── PolicyUnavailable (ConnectionError)  the policy server is down, refuses us or stays overloaded
+        │                                     past the retry budget: the run stops, exit non-zero
+        └── LearnerUnavailable (ConnectionError) the learner took no delivery for too long; the spool keeps
+                                              everything -> fix the learner, then `--resume RUN`
 
 Messages name the object, show the tail of stderr where there is one, and say how to fix it.
 Foreign errors (docker SDK, OSError from subprocess spawning) are mapped once, in the backend that meets
@@ -79,6 +92,42 @@ class ExecFailed(SandboxError):
 
 class SandboxFileError(SandboxError, OSError):
     """A file operation inside the sandbox failed (missing path, permission, no space)."""
+
+
+class HarnessError(FarmError):
+    """The SWE-bench harness cannot go on with an instance or a run (inputs, specs, repositories, patches)."""
+
+
+class DatasetError(HarnessError, ValueError):
+    """An instances or predictions file cannot be read, or a row lacks a field SWE-bench requires."""
+
+
+class SpecNotFound(HarnessError, LookupError):
+    """No environment spec covers a repo/version; the message names the spec file and table to write."""
+
+
+class RepoNotFound(HarnessError, LookupError):
+    """A repository (or its base commit) is missing from ``--repo-source``."""
+
+
+class PatchApplyError(HarnessError):
+    """A patch did not apply with ``git apply``, ``git apply --reject`` or ``patch --fuzz``."""
+
+
+class RolloutError(FarmError):
+    """Something went wrong in the rollout farm (policies, sinks, runs)."""
+
+
+class PolicyError(RolloutError):
+    """One policy call failed for one episode (a rejected request, an unusable reply); the run goes on."""
+
+
+class PolicyUnavailable(RolloutError, ConnectionError):
+    """The policy server cannot be used: down, refusing us, or overloaded past the retry budget."""
+
+
+class LearnerUnavailable(RolloutError, ConnectionError):
+    """The learner endpoint accepted no delivery for too long; the run's spool keeps every trajectory."""
 
 
 def tail(text: str, lines: int = 15, chars: int = 2000) -> str:

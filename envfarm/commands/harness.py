@@ -1,0 +1,229 @@
+"""``envfarm harness run|plan|images``: SWE-bench-compatible evaluation (library: ``envfarm.harness``)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from envfarm.errors import ConfigError
+
+if TYPE_CHECKING:
+    from envfarm.harness import RunReport
+
+app = typer.Typer(
+    name="harness",
+    help="SWE-bench-compatible evaluation: instances + predictions in, reports out.",
+    no_args_is_help=True,
+)
+images_app = typer.Typer(help="Harness images (env and instance layers): list, prune.", no_args_is_help=True)
+app.add_typer(images_app, name="images")
+console = Console()
+err = Console(stderr=True)
+
+InstancesOpt = Annotated[Path, typer.Option("--instances", help="JSON, JSONL, parquet or a datasets folder.")]
+IdsOpt = Annotated[
+    list[str] | None,
+    typer.Option("--instance-ids", help="Instance ids to evaluate: --instance-ids A B C (default: all)."),
+]
+SplitOpt = Annotated[str, typer.Option(help="Split to read from a datasets folder.")]
+SpecsOpt = Annotated[
+    list[Path] | None, typer.Option("--specs", help="Extra spec files/folders (before images/swebench/).")
+]
+
+
+def _ids(first: list[str] | None, extra: list[str]) -> list[str] | None:
+    """``--instance-ids A B C``: click gives A to the option and leaves B C as extra arguments."""
+    if extra and not first:
+        raise ConfigError(f"unexpected arguments {extra}; instance ids go after --instance-ids")
+    ids = [*(first or []), *extra]
+    return [i for part in ids for i in part.replace(",", " ").split()] or None
+
+
+@app.command("run", context_settings={"allow_extra_args": True})
+def run(
+    ctx: typer.Context,
+    instances: InstancesOpt,
+    predictions: Annotated[str, typer.Option("--predictions", help="Predictions JSON/JSONL, or `gold`.")],
+    run_id: Annotated[str, typer.Option("--run-id", help="Run id; the same id resumes a run.")],
+    instance_ids: IdsOpt = None,
+    repo_source: Annotated[
+        Path | None, typer.Option("--repo-source", help="Folder of git repos named owner__name(.git).")
+    ] = None,
+    report_dir: Annotated[Path, typer.Option("--report-dir", help="Where reports go.")] = Path("reports"),
+    max_workers: Annotated[int, typer.Option("--max-workers", min=1, help="Parallel builds and runs.")] = 4,
+    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Test timeout per instance (s).")] = 1800,
+    specs: SpecsOpt = None,
+    tamper: Annotated[
+        str, typer.Option(help="revert (default) | flag | off (SWE-bench behaviour).")
+    ] = "revert",
+    split: SplitOpt = "test",
+    force_rebuild: Annotated[bool, typer.Option("--force-rebuild", help="Rebuild images.")] = False,
+) -> None:
+    """Build images, apply each prediction, run and grade its tests; write reports and the run summary."""
+    from envfarm.harness import HarnessConfig, Policy, evaluate, load_instances, load_predictions
+
+    try:
+        policy = Policy(tamper)
+    except ValueError:
+        raise ConfigError(f"--tamper {tamper!r}: choose revert, flag or off") from None
+    rows = load_instances(instances, _ids(instance_ids, ctx.args), split=split)
+    preds = load_predictions(predictions, rows)
+    config = HarnessConfig(
+        run_id=run_id,
+        report_dir=report_dir,
+        repo_source=repo_source,
+        specs=tuple(specs or ()),
+        max_workers=max_workers,
+        timeout_s=timeout,
+        tamper=policy,
+        force_rebuild=force_rebuild,
+    )
+    with _progress() as bar:
+        task = bar.add_task("evaluating", total=len(preds))
+        counts = {"resolved": 0, "unresolved": 0, "error": 0, "empty_patch": 0}
+
+        def on_event(event: object) -> None:
+            _advance(bar, task, event, counts)
+
+        result = asyncio.run(evaluate(rows, preds, config, progress=on_event))
+    _print_summary(result)
+    _print_disk(result.images)
+
+
+def _print_summary(result: RunReport) -> None:
+    s = result.summary
+    lo, hi = s.resolved_rate_ci95
+    console.print(
+        f"[bold]{escape(result.model_name_or_path)}[/bold] run {escape(result.run_id)}: resolved "
+        f"{s.resolved_instances}/{s.total_instances} ({100 * s.resolved_rate:.1f}%, 95% CI "
+        f"{100 * lo:.1f}-{100 * hi:.1f}%); unresolved {s.unresolved_instances} "
+        f"(partial {len(s.partial_ids)}), "
+        f"empty {s.empty_patch_instances}, errors {s.error_instances} (infra {len(s.infra_error_ids)}, "
+        f"timeout {len(s.timeout_ids)}), tamper rules fired on {len(s.tampered_ids)}",
+        highlight=False,
+    )
+    console.print(f"summary: {result.summary_path}\n         {result.markdown_path}", highlight=False)
+
+
+def _progress() -> Progress:
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    return Progress(*columns, console=err, transient=False, disable=not err.is_terminal)
+
+
+def _advance(bar: Progress, task: TaskID, event: object, counts: dict[str, int]) -> None:
+    from envfarm.harness import Event
+
+    assert isinstance(event, Event)
+    if event.phase in ("done", "skipped") and event.report is not None:
+        counts[event.report.outcome.value] += 1
+        bar.advance(task)
+        if not err.is_terminal:
+            err.print(
+                f"{event.instance_id}: {event.report.outcome} {event.report.status}"
+                + (" (resumed)" if event.phase == "skipped" else ""),
+                highlight=False,
+            )
+    elif event.phase == "retry":
+        err.print(f"[yellow]{escape(event.instance_id)}: retrying after {escape(event.detail)}[/yellow]")
+    text = " ".join(f"{k} {v}" for k, v in counts.items() if v)
+    bar.update(task, description=f"{event.instance_id[:40]} {event.phase} | {text}")
+
+
+def _print_disk(tags: tuple[str, ...]) -> None:
+    from envfarm.harness.images import list_images
+
+    try:
+        used = [i for i in list_images() if i.tag in tags]
+    except Exception as e:  # disk use is informational; never fail a finished run over it
+        err.print(f"[dim]disk use unavailable: {escape(str(e))}[/dim]")
+        return
+    own = sum(i.own_bytes for i in used)
+    console.print(
+        f"images: {len(used)} instance images, {own / 1e6:.0f} MB of their own layers "
+        "(`envfarm harness images list`, `envfarm harness images prune`)",
+        highlight=False,
+    )
+
+
+@app.command("plan", context_settings={"allow_extra_args": True})
+def plan(
+    ctx: typer.Context,
+    instances: InstancesOpt,
+    instance_ids: IdsOpt = None,
+    specs: SpecsOpt = None,
+    split: SplitOpt = "test",
+) -> None:
+    """Load every row and plan it: the env spec and test command, or the spec still to write."""
+    from envfarm.harness import SpecCatalog, load_instances, plan_all
+    from envfarm.harness.specs import eval_script_command
+
+    rows = load_instances(instances, _ids(instance_ids, ctx.args), split=split)
+    plans, errors = plan_all(rows, SpecCatalog(specs or ()))
+    table = Table("instance", "repo version", "test command", "status", title=f"{len(rows)} instances")
+    for p in plans:
+        table.add_row(
+            p.instance.instance_id,
+            f"{p.instance.repo} {p.instance.version}",
+            escape(p.test_command[:70]),
+            f"[green]ready[/green] ({p.env.source.name})",
+        )
+    for inst in rows:
+        if inst.instance_id in errors:
+            cmd = eval_script_command(inst.eval_script) or ""
+            table.add_row(
+                inst.instance_id,
+                f"{inst.repo} {inst.version}",
+                escape(cmd[:70]),
+                "[yellow]needs a spec[/yellow]",
+            )
+    console.print(table)
+    missing = sorted({(i.repo, i.version) for i in rows if i.instance_id in errors})
+    console.print(f"{len(plans)} ready, {len(errors)} need a spec ({len(missing)} repo/versions)")
+    for iid in list(errors)[:3]:
+        console.print(f"  [dim]{escape(str(errors[iid]))}[/dim]")
+
+
+@images_app.command("list")
+def images_list(
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array instead of a table.")] = False,
+) -> None:
+    """Harness images with their own and total size."""
+    import dataclasses
+    import json
+
+    from envfarm.harness.images import list_images
+
+    found = list_images()
+    if as_json:
+        typer.echo(json.dumps([dataclasses.asdict(i) for i in found], indent=2))
+        return
+    table = Table(title="envfarm harness images")
+    for column in ("kind", "name", "tag", "own MB", "total MB", "created"):
+        table.add_column(column, overflow="fold")
+    for i in found:
+        own, total = f"{i.own_bytes / 1e6:.0f}", f"{i.size_bytes / 1e6:.0f}"
+        table.add_row(i.kind, escape(i.name), escape(i.tag), own, total, i.created[:19])
+    console.print(table)
+    console.print(f"{len(found)} images, {sum(i.own_bytes for i in found) / 1e6:.0f} MB of their own layers")
+
+
+@images_app.command("prune")
+def images_prune(
+    all_: Annotated[
+        bool, typer.Option("--all", help="Remove env images too, not only instance images.")
+    ] = False,
+) -> None:
+    """Remove instance images (and env images with --all); they are rebuilt on demand."""
+    from envfarm.harness.images import prune
+
+    removed, freed = prune(include_env=all_)
+    for tag in removed:
+        console.print(f"removed {escape(tag)}", highlight=False)
+    console.print(f"{len(removed)} removed, {freed / 1e6:.0f} MB freed")

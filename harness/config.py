@@ -1,0 +1,54 @@
+"""Configuration of one harness run (what ``envfarm harness run`` parses its options into)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .tamper import Policy
+
+
+class HarnessConfig(BaseModel):
+    """Options of :func:`envfarm.harness.evaluate`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run_id: str
+    """Names the run; re-running with the same id resumes (finished instances are not rerun)."""
+    report_dir: Path = Path("reports")
+    """Where ``<run_id>/<model>/<instance_id>/`` logs and the run summaries are written."""
+    repo_source: Path | None = None
+    """A folder with one git repository per repo: ``owner__name`` or ``owner__name.git``, bare or not."""
+    specs: tuple[Path, ...] = ()
+    """Extra spec files or folders, searched before images/swebench/."""
+    max_workers: int = Field(4, ge=1)
+    """Instances built and run at the same time (and parallel docker builds)."""
+    timeout_s: float = Field(1800.0, gt=0)
+    """Seconds the tests of one instance may run (a spec's timeout_s may raise it)."""
+    backend: str = "docker"
+    """Sandbox backend that runs the tests (the images are docker images)."""
+    tamper: Policy = Policy.REVERT
+    """What a tamper rule does when it fires: revert (default), flag, or off (SWE-bench's behaviour)."""
+    retries: int = Field(1, ge=0)
+    """Extra attempts for an infra failure (build, sandbox, timeout, OOM)."""
+    cpus: float = Field(1.0, gt=0)
+    """CPU share of each test sandbox."""
+    memory_mb: int = Field(4096, ge=256)
+    """Memory cap of each test sandbox (tmpfs pages count too; raised automatically for large repos)."""
+    disk_mb: int = Field(2048, ge=64)
+    """Size of the sandbox's /workspace and /tmp; raised automatically to hold the repository twice."""
+    pids: int = Field(2048, ge=64)
+    """Process/thread cap of each test sandbox."""
+    force_rebuild: bool = False
+    """Rebuild env and instance images even when an image with the same hash exists."""
+    rerun_infra: bool = True
+    """On resume, run again instances whose last result was an infra error."""
+
+    @field_validator("run_id")
+    @classmethod
+    def _safe_run_id(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value):
+            raise ValueError(f"run id {value!r} must be letters, digits, '.', '_' or '-' (it names folders)")
+        return value

@@ -1,0 +1,338 @@
+"""The harness contract: read this file first. Grading a test log, the way SWE-bench grades it.
+
+    report = grade(instance, test_log, model_patch=patch)          # -> InstanceReport (frozen)
+    report.resolved, report.status                                  # True, ResolutionStatus.FULL
+    report.tests.fail_to_pass_failure, report.findings              # what failed; tamper rules that fired
+    json.dumps(report.to_swebench())                                # swebench's report.json shape
+
+:func:`grade` wraps swebench 5.0.2's own code (imported without its heavy package ``__init__``, see
+``_swebench.py``): ``get_eval_report`` parses the log between the ``>>>>> Start/End Test Output`` markers
+with the row's ``PARSER_REGISTRY`` parser, cross-checks the ``>>>>> Test Exit Code`` line, and decides
+FAIL_TO_PASS / PASS_TO_PASS; ``get_resolution_status`` gives FULL / PARTIAL / NO exactly as SWE-bench
+defines them (FULL: every F2P and P2P test passes; PARTIAL: some but not all F2P pass and every P2P passes).
+
+One rule is envfarm's own: a tamper finding that blocks resolution (a flagged or refused path, see
+``tamper.py``) makes the instance unresolved whatever the log says. Without ``findings``, ``grade`` scans the
+model patch statically and flags what it finds, so grading a raw log of an unprotected run cannot resolve
+swebench's #631 conftest exploit. The runner (``run.py``) reverts such paths before the tests and passes its
+findings; the code-repair env calls this same function.
+"""
+
+from __future__ import annotations
+
+import enum
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from . import _swebench, tamper
+from .instances import Instance
+from .specs import DEFAULT_PARSER, eval_script_command
+from .tamper import Finding
+
+
+class ResolutionStatus(enum.StrEnum):
+    """swebench's ``ResolvedStatus`` values."""
+
+    FULL = "RESOLVED_FULL"
+    PARTIAL = "RESOLVED_PARTIAL"
+    NO = "RESOLVED_NO"
+
+
+class Outcome(enum.StrEnum):
+    """Where an instance lands in the run summary."""
+
+    RESOLVED = "resolved"
+    UNRESOLVED = "unresolved"
+    EMPTY_PATCH = "empty_patch"
+    """No patch: counted, never run."""
+    ERROR = "error"
+    """No gradable test run: the patch did not apply, a timeout, an infra failure after its retry, ..."""
+
+
+class ErrorKind(enum.StrEnum):
+    """Why an instance has no gradable run. The infra kinds are retried once and counted apart."""
+
+    PATCH_APPLY = "patch_apply"
+    """The model patch applied with none of SWE-bench's fallback commands (a model failure)."""
+    UNSAFE_PATCH = "unsafe_patch"
+    """The model patch writes outside the repository or into .git; refused (a model failure)."""
+    TEST_PATCH = "test_patch"
+    """test_patch did not apply on the base commit (a dataset problem)."""
+    SPEC = "spec"
+    """No environment spec or test command (write the spec the message names)."""
+    REPO = "repo"
+    """The repository or base commit is not in --repo-source."""
+    BUILD = "build"
+    """The env or instance image did not build (infra)."""
+    SANDBOX = "sandbox"
+    """The container did not start or died, the daemon went away (infra)."""
+    TIMEOUT = "timeout"
+    """The tests ran past the timeout, twice (infra by policy; never resolved)."""
+    OOM = "oom"
+    """The tests were killed by the memory limit (infra)."""
+    INTERNAL = "internal"
+    """A bug in envfarm; the message has the traceback's last line."""
+
+    @property
+    def infra(self) -> bool:
+        return self in (ErrorKind.BUILD, ErrorKind.SANDBOX, ErrorKind.TIMEOUT, ErrorKind.OOM)
+
+
+@dataclass(frozen=True)
+class TestResults:
+    """swebench's ``tests_status``: which expected tests passed or failed."""
+
+    __test__ = False  # not a pytest test class
+
+    fail_to_pass_success: tuple[str, ...] = ()
+    fail_to_pass_failure: tuple[str, ...] = ()
+    pass_to_pass_success: tuple[str, ...] = ()
+    pass_to_pass_failure: tuple[str, ...] = ()
+
+    def to_swebench(self) -> dict[str, dict[str, list[str]]]:
+        empty: dict[str, list[str]] = {"success": [], "failure": []}
+        return {
+            "FAIL_TO_PASS": {
+                "success": list(self.fail_to_pass_success),
+                "failure": list(self.fail_to_pass_failure),
+            },
+            "PASS_TO_PASS": {
+                "success": list(self.pass_to_pass_success),
+                "failure": list(self.pass_to_pass_failure),
+            },
+            "FAIL_TO_FAIL": dict(empty),
+            "PASS_TO_FAIL": dict(empty),
+        }
+
+    @classmethod
+    def from_swebench(cls, data: Mapping[str, Any]) -> TestResults:
+        def get(key: str, part: str) -> tuple[str, ...]:
+            return tuple(data.get(key, {}).get(part, ()))
+
+        return cls(
+            get("FAIL_TO_PASS", "success"),
+            get("FAIL_TO_PASS", "failure"),
+            get("PASS_TO_PASS", "success"),
+            get("PASS_TO_PASS", "failure"),
+        )
+
+
+@dataclass(frozen=True)
+class InstanceReport:
+    """The verdict on one instance (one model, one run)."""
+
+    instance_id: str
+    model_name_or_path: str
+    outcome: Outcome
+    status: ResolutionStatus
+    patch_exists: bool
+    patch_applied: bool
+    """swebench's ``patch_successfully_applied``: the patch applied and the log was gradable."""
+    tests: TestResults | None = None
+    findings: tuple[Finding, ...] = ()
+    """Tamper rules that fired (reverted, flagged or refused paths)."""
+    error_kind: ErrorKind | None = None
+    error: str | None = None
+    failure_reason: str | None = None
+    """swebench's advisory log classification (``infra_failure.classify_logs``), when it matched."""
+    test_exit_code: int | None = None
+    attempts: int = 1
+    duration_s: float = 0.0
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    """Timings, image tags, apply command: informational."""
+
+    @property
+    def resolved(self) -> bool:
+        return self.outcome is Outcome.RESOLVED
+
+    @property
+    def infra_error(self) -> bool:
+        return self.error_kind is not None and self.error_kind.infra
+
+    @property
+    def tampered(self) -> bool:
+        return bool(self.findings)
+
+    def to_swebench(self) -> dict[str, Any]:
+        """swebench's report.json ``{instance_id: {...}}``, with envfarm's fields under ``"envfarm"``."""
+        inner: dict[str, Any] = {
+            "patch_is_None": not self.patch_exists and self.outcome is Outcome.EMPTY_PATCH,
+            "patch_exists": self.patch_exists,
+            "patch_successfully_applied": self.patch_applied,
+            "resolved": self.resolved,
+            "infra_failure": self.infra_error,
+        }
+        if self.failure_reason:
+            inner["infra_failure_reason"] = self.failure_reason
+        if self.tests is not None:
+            inner["tests_status"] = self.tests.to_swebench()
+        inner["envfarm"] = {
+            "model_name_or_path": self.model_name_or_path,
+            "outcome": self.outcome.value,
+            "resolution_status": self.status.value,
+            "tamper": [f.__dict__ for f in self.findings],
+            "error_kind": self.error_kind.value if self.error_kind else None,
+            "error": self.error,
+            "test_exit_code": self.test_exit_code,
+            "attempts": self.attempts,
+            "duration_s": round(self.duration_s, 3),
+            **dict(self.extra),
+        }
+        return {self.instance_id: inner}
+
+    @classmethod
+    def from_swebench(cls, data: Mapping[str, Any]) -> InstanceReport:
+        """Read back what :meth:`to_swebench` wrote (for resuming a run)."""
+        ((iid, inner),) = data.items()
+        ours = inner["envfarm"]
+        known = {
+            "model_name_or_path",
+            "outcome",
+            "resolution_status",
+            "tamper",
+            "error_kind",
+            "error",
+            "test_exit_code",
+            "attempts",
+            "duration_s",
+        }
+        return cls(
+            instance_id=iid,
+            model_name_or_path=ours["model_name_or_path"],
+            outcome=Outcome(ours["outcome"]),
+            status=ResolutionStatus(ours["resolution_status"]),
+            patch_exists=inner["patch_exists"],
+            patch_applied=inner["patch_successfully_applied"],
+            tests=TestResults.from_swebench(inner["tests_status"]) if "tests_status" in inner else None,
+            findings=tuple(Finding(**f) for f in ours.get("tamper", [])),
+            error_kind=ErrorKind(ours["error_kind"]) if ours.get("error_kind") else None,
+            error=ours.get("error"),
+            failure_reason=inner.get("infra_failure_reason"),
+            test_exit_code=ours.get("test_exit_code"),
+            attempts=ours.get("attempts", 1),
+            duration_s=ours.get("duration_s", 0.0),
+            extra={k: v for k, v in ours.items() if k not in known},
+        )
+
+
+def grade(
+    instance: Instance,
+    test_log: str | Path,
+    *,
+    model_patch: str | None = "",
+    model_name_or_path: str = "",
+    findings: Sequence[Finding] | None = None,
+    log_parser: str | None = None,
+    eval_type: str | None = None,
+) -> InstanceReport:
+    """Grade one test log (its text, or a Path to it) against the instance's FAIL_TO_PASS/PASS_TO_PASS.
+
+    ``findings`` are the runner's tamper findings; None means "unknown": the model patch is scanned
+    statically and every rule that fires is flagged (blocks resolution). A None or blank ``model_patch``
+    gives :attr:`Outcome.EMPTY_PATCH`. Blocking (reads or writes the log file); no sandbox involved.
+    """
+    if model_patch is None or not model_patch.strip():
+        return empty_report(instance.instance_id, model_name_or_path, model_patch)
+    if findings is None:
+        ctx = tamper.Context(tuple(_test_files(instance)), eval_script_command(instance.eval_script) or "")
+        findings = tamper.scan_patch(model_patch, ctx)
+    if isinstance(test_log, Path):
+        return _grade_file(
+            instance, test_log, model_patch, model_name_or_path, findings, log_parser, eval_type
+        )
+    with tempfile.NamedTemporaryFile("w", suffix=".log", encoding="utf-8") as fh:
+        fh.write(test_log)
+        fh.flush()
+        return _grade_file(
+            instance, Path(fh.name), model_patch, model_name_or_path, findings, log_parser, eval_type
+        )
+
+
+def _grade_file(
+    instance: Instance,
+    log_path: Path,
+    model_patch: str,
+    model: str,
+    findings: Sequence[Finding],
+    log_parser: str | None,
+    eval_type: str | None,
+) -> InstanceReport:
+    sw = _swebench.load()
+    spec = sw.types.TestSpec(
+        instance_id=instance.instance_id,
+        image=instance.image,
+        eval_script_list=[],
+        repo=instance.repo,
+        version=instance.version,
+        FAIL_TO_PASS=list(instance.fail_to_pass),
+        PASS_TO_PASS=list(instance.pass_to_pass),
+        log_parser=log_parser or instance.log_parser or DEFAULT_PARSER,
+        eval_type=eval_type or instance.eval_type or "pass_and_fail",
+    )
+    prediction = {
+        "instance_id": instance.instance_id,
+        "model_name_or_path": model,
+        "model_patch": model_patch,
+    }
+    raw = sw.grading.get_eval_report(spec, prediction, str(log_path), include_tests_status=True)
+    inner = raw[instance.instance_id]
+    status = (
+        ResolutionStatus(sw.grading.get_resolution_status(inner["tests_status"]))
+        if ("tests_status" in inner)
+        else ResolutionStatus.NO
+    )
+    blocked = any(f.blocks_resolution for f in findings)
+    resolved = bool(inner["resolved"]) and not blocked
+    if blocked:
+        status = ResolutionStatus.NO
+    content = log_path.read_text(encoding="utf-8", errors="replace")
+    return InstanceReport(
+        instance_id=instance.instance_id,
+        model_name_or_path=model,
+        outcome=Outcome.RESOLVED if resolved else Outcome.UNRESOLVED,
+        status=status,
+        patch_exists=True,
+        patch_applied=bool(inner["patch_successfully_applied"]),
+        tests=TestResults.from_swebench(inner["tests_status"]) if "tests_status" in inner else None,
+        findings=tuple(findings),
+        failure_reason=inner.get("infra_failure_reason"),
+        test_exit_code=sw.grading.parse_test_exit_code(content),
+    )
+
+
+def empty_report(instance_id: str, model: str, patch: str | None) -> InstanceReport:
+    """The report of an instance whose prediction has no patch (counted, not run)."""
+    return InstanceReport(
+        instance_id,
+        model,
+        Outcome.EMPTY_PATCH,
+        ResolutionStatus.NO,
+        patch_exists=patch is not None,
+        patch_applied=False,
+    )
+
+
+def error_report(
+    instance_id: str, model: str, kind: ErrorKind, message: str, **fields: Any
+) -> InstanceReport:
+    """The report of an instance with no gradable run."""
+    base = InstanceReport(
+        instance_id,
+        model,
+        Outcome.ERROR,
+        ResolutionStatus.NO,
+        patch_exists=True,
+        patch_applied=False,
+        error_kind=kind,
+        error=message,
+    )
+    return replace(base, **fields)
+
+
+def _test_files(instance: Instance) -> list[str]:
+    from .patches import touched_paths
+
+    return touched_paths(instance.test_patch)

@@ -1,0 +1,311 @@
+"""One evaluation attempt of one instance inside a sandbox (the instance image, no network).
+
+    copy /opt/envfarm/testbed -> /workspace/testbed   (the image's repo is read-only; /testbed links here)
+    refuse a patch that writes outside the repo or into .git
+    apply the model patch: git apply --verbose | git apply --verbose --reject | patch --batch --fuzz=5 -p1
+    tamper rules on every path it changed (tamper.py): revert, flag, or (off) nothing
+    reset the test files test_patch names to the base commit, apply test_patch (git apply --verbose)
+    run the test command with a timeout; its stdout+stderr are the test log
+
+Every git call disables hooks and fsmonitor. The test output goes to a file in the sandbox and is read
+back whole (no output cap); the host writes the swebench markers around it after neutralising any marker
+text the tests printed. Sandbox failures propagate (SandboxError, BackendUnavailable): the caller
+classifies and retries them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from envfarm.errors import SandboxError, SandboxFileError, tail
+from envfarm.sandbox import Backend, ExecResult, Limits, Sandbox
+
+from . import _swebench, patches, tamper
+from .images import PRISTINE, WORKDIR, quote_env
+from .specs import Plan
+from .tamper import Finding, Policy
+
+log = logging.getLogger(__name__)
+
+TMP = "/tmp/envfarm"
+GIT = "git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c core.quotePath=false -c safe.directory='*'"
+APPLY_COMMANDS = (
+    f"{GIT} apply --verbose",
+    f"{GIT} apply --verbose --reject",
+    "patch --batch --forward --fuzz=5 -p1 -i",
+)
+STEP_TIMEOUT_S = 300.0
+RESTORE = f"""\
+while IFS= read -r -d '' p; do
+  rm -rf -- "{WORKDIR}/$p"
+  if [ -e "{PRISTINE}/$p" ] || [ -L "{PRISTINE}/$p" ]; then
+    mkdir -p -- "$(dirname -- "{WORKDIR}/$p")" && cp -a -- "{PRISTINE}/$p" "{WORKDIR}/$p"
+  fi
+done < "$1"
+"""
+OOM_COUNT = (
+    "cat /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events 2>/dev/null "
+    "| awk '$1 == \"oom_kill\" {print $2}'"
+)
+
+Result = Literal["graded", "patch_failed", "refused", "test_patch_failed", "timeout", "oom"]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What one attempt produced."""
+
+    result: Result
+    findings: tuple[Finding, ...] = ()
+    test_log: str = ""
+    """swebench-shaped test_output.txt: markers, the (neutralised) output, the exit code line."""
+    eval_script: str = ""
+    apply_command: str | None = None
+    applied_diff: str = ""
+    test_exit_code: int | None = None
+    markers_neutralised: int = 0
+    message: str = ""
+    steps: tuple[str, ...] = ()
+    """Lines for run_instance.log."""
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def sandbox_limits(
+    cpus: float, memory_mb: int, disk_mb: int, pids: int, repo_bytes: int, timeout_s: float
+) -> Limits:
+    """Limits for a test run: the tmpfs holds the repo copy twice over, memory covers the tmpfs."""
+    repo_mb = repo_bytes // (1 << 20) + 1
+    disk = max(disk_mb, 3 * repo_mb + 256)
+    memory = max(memory_mb, disk + 1024)
+    return Limits(
+        cpus=cpus, memory_mb=memory, pids=pids, disk_mb=disk, output_bytes=4 << 20, timeout_s=timeout_s
+    )
+
+
+class _Steps:
+    """The attempt's step log, with timings."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.timings: dict[str, float] = {}
+        self._t0 = time.monotonic()
+
+    def note(self, text: str) -> None:
+        self.lines.append(f"[{time.monotonic() - self._t0:7.2f}s] {text}")
+
+
+async def run_attempt(
+    backend: Backend, image: str, limits: Limits, plan: Plan, patch: str, policy: Policy, timeout_s: float
+) -> Attempt:
+    """Evaluate ``patch`` on ``plan``'s instance in a fresh sandbox of ``image``."""
+    steps = _Steps()
+    refused = tamper.unsafe(patch) if policy is not Policy.OFF else []
+    if refused:
+        steps.note(f"refused: {', '.join(f.path for f in refused)}")
+        return Attempt(
+            "refused",
+            tuple(refused),
+            message="the patch writes outside the repository or into .git",
+            steps=tuple(steps.lines),
+        )
+    labels = {"envfarm.harness.instance": plan.instance.instance_id}
+    async with backend.open(image=image, limits=limits, labels=labels) as sb:
+        steps.note(f"sandbox {sb.id} from {image}")
+        return await _attempt(sb, plan, patch, policy, timeout_s, steps)
+
+
+async def _attempt(
+    sb: Sandbox, plan: Plan, patch: str, policy: Policy, timeout_s: float, steps: _Steps
+) -> Attempt:
+    t = time.monotonic()
+    await _sh(sb, f"mkdir -p {TMP} && cp -a {PRISTINE} {WORKDIR}", "copy the repository", cwd="/workspace")
+    before = await _status(sb)
+    oom_before = await _oom_count(sb)
+    await sb.write_file(f"{TMP}/model.patch", patch)
+    steps.timings["setup_s"] = time.monotonic() - t
+    applied = await _apply(sb, steps)
+    if applied is None:
+        return Attempt(
+            "patch_failed", message="the patch did not apply", steps=tuple(steps.lines), timings=steps.timings
+        )
+    changed = sorted(set(await _status(sb)) - set(before))
+    findings = await _tamper(sb, plan, patch, [p for _, p in changed], policy, steps)
+    if not await _apply_test_patch(sb, plan, steps):
+        return Attempt(
+            "test_patch_failed",
+            tuple(findings),
+            apply_command=applied,
+            message="test_patch did not apply",
+            steps=tuple(steps.lines),
+            timings=steps.timings,
+        )
+    diff = (await sb.exec(f"{GIT} diff", cwd=WORKDIR, timeout=STEP_TIMEOUT_S)).stdout
+    script = eval_script(plan)
+    res, raw, oom_killed = await _run_tests(sb, script, timeout_s, oom_before, steps)
+    test_log, neutralised = compose_log(raw, res, timeout_s)
+    result: Result = "timeout" if res.timed_out else "oom" if oom_killed else "graded"
+    return Attempt(
+        result,
+        tuple(findings),
+        test_log,
+        script,
+        applied,
+        diff,
+        res.exit_code,
+        neutralised,
+        steps=tuple(steps.lines),
+        timings=steps.timings,
+    )
+
+
+# ----------------------------------------------------------------------------------------------- steps
+
+
+async def _run_tests(
+    sb: Sandbox, script: str, timeout_s: float, oom_before: int | None, steps: _Steps
+) -> tuple[ExecResult, str, bool]:
+    """Run the eval script; returns its result, its whole output and whether the memory limit killed it."""
+    await sb.write_file(f"{TMP}/eval.sh", script)
+    t = time.monotonic()
+    res = await sb.exec(["bash", "-c", f"bash {TMP}/eval.sh > {TMP}/test_output.raw 2>&1"], timeout=timeout_s)
+    steps.timings["tests_s"] = time.monotonic() - t
+    raw = (await sb.read_file(f"{TMP}/test_output.raw")).decode("utf-8", errors="replace")
+    oom = await _oom_count(sb)
+    if oom is not None and oom_before is not None:
+        oom_killed = oom > oom_before
+    else:  # no cgroup counter: a SIGKILL that was not our timeout
+        oom_killed = res.exit_code == -9 and not res.timed_out
+    flags = (" (TIMED OUT)" if res.timed_out else "") + (" (OOM-killed)" if oom_killed else "")
+    steps.note(f"tests exited {res.exit_code} in {res.duration:.1f}s{flags}")
+    return res, raw, oom_killed
+
+
+async def _sh(sb: Sandbox, script: str, what: str, cwd: str = WORKDIR, check: bool = True) -> ExecResult:
+    res = await sb.exec(["bash", "-c", script], cwd=cwd, timeout=STEP_TIMEOUT_S)
+    if check and not res.ok:
+        raise SandboxError(f"{what} failed in {sb} (exit {res.exit_code}):\n{tail(res.stderr or res.stdout)}")
+    return res
+
+
+async def _status(sb: Sandbox) -> list[tuple[str, str]]:
+    """(status, path) of every changed, untracked or ignored path, renames counted on both names."""
+    res = await _sh(sb, f"{GIT} status --porcelain=v1 -z -uall --ignored=matching", "git status")
+    entries, tokens = [], iter(res.stdout.split("\0"))
+    for tok in tokens:
+        if len(tok) < 4:
+            continue
+        code, path = tok[:2], tok[3:]
+        entries.append((code, path))
+        if code[0] in "RC":
+            entries.append((code, next(tokens, "")))
+    return entries
+
+
+async def _oom_count(sb: Sandbox) -> int | None:
+    res = await sb.exec(["bash", "-c", OOM_COUNT], timeout=30)
+    try:
+        return int(res.stdout.split()[0])
+    except (IndexError, ValueError):
+        return None
+
+
+async def _apply(sb: Sandbox, steps: _Steps) -> str | None:
+    """SWE-bench's fallback chain on a pristine tree each time; the command that worked, or None."""
+    res: ExecResult | None = None
+    for n, cmd in enumerate(APPLY_COMMANDS):
+        if n:
+            await _sh(
+                sb,
+                f"rm -rf {WORKDIR} && cp -a {PRISTINE} {WORKDIR}",
+                "reset the repository",
+                cwd="/workspace",
+            )
+        res = await sb.exec(["bash", "-c", f"{cmd} {TMP}/model.patch"], cwd=WORKDIR, timeout=STEP_TIMEOUT_S)
+        steps.note(f"{cmd.replace(GIT, 'git')}: exit {res.exit_code}\n{tail(res.stdout + res.stderr, 30)}")
+        if res.exit_code == 0:
+            return cmd.replace(GIT, "git")
+    check = await sb.exec(["bash", "-c", f"{GIT} apply --check --reverse {TMP}/model.patch"], cwd=WORKDIR)
+    if check.exit_code == 0:
+        steps.note("the patch is already applied (git apply --check --reverse)")
+        return "already applied"
+    return None
+
+
+async def _tamper(
+    sb: Sandbox, plan: Plan, patch: str, changed: Sequence[str], policy: Policy, steps: _Steps
+) -> list[Finding]:
+    if policy is Policy.OFF:
+        return []
+    changes = patches.parse(patch)
+    ctx = tamper.Context(plan.test_files, plan.test_command, plan.env.protected)
+    every = {*changed, *(p for c in changes for p in c.paths)}
+    contents = {
+        p: (await _read(sb, f"{PRISTINE}/{p}"), await _read(sb, f"{WORKDIR}/{p}"))
+        for p in every
+        if p.rsplit("/", 1)[-1] in tamper.CONFIG_FILES
+    }
+    action = "reverted" if policy is Policy.REVERT else "flagged"
+    findings = tamper.scan(changes, changed, ctx, contents, action)
+    for f in findings:
+        steps.note(f"tamper rule {f.describe()}")
+    if policy is Policy.REVERT and findings:
+        await _restore(sb, [f.path for f in findings])
+    return findings
+
+
+async def _read(sb: Sandbox, path: str) -> str | None:
+    try:
+        return (await sb.read_file(path)).decode("utf-8", errors="replace")
+    except SandboxFileError:
+        return None
+
+
+async def _restore(sb: Sandbox, paths: Sequence[str]) -> None:
+    """Put ``paths`` back as they are at the base commit (removed when the base has no such path)."""
+    await sb.write_file(f"{TMP}/restore.lst", "".join(f"{p}\0" for p in dict.fromkeys(paths)))
+    await sb.write_file(f"{TMP}/restore.sh", RESTORE)
+    await _sh(sb, f"bash {TMP}/restore.sh {TMP}/restore.lst", "restore paths to the base commit")
+
+
+async def _apply_test_patch(sb: Sandbox, plan: Plan, steps: _Steps) -> bool:
+    await _restore(sb, plan.test_files)
+    await sb.write_file(f"{TMP}/test.patch", plan.instance.test_patch)
+    res = await sb.exec(
+        ["bash", "-c", f"{GIT} apply --verbose {TMP}/test.patch"], cwd=WORKDIR, timeout=STEP_TIMEOUT_S
+    )
+    steps.note(
+        f"test_patch ({len(plan.test_files)} files reset): exit {res.exit_code}\n"
+        f"{tail(res.stdout + res.stderr, 20)}"
+    )
+    return res.exit_code == 0
+
+
+def eval_script(plan: Plan) -> str:
+    """The script run in the sandbox; its stdout+stderr are the test output."""
+    pre = "\n".join(plan.env.pre_test)
+    return (
+        f"#!/bin/bash\n# envfarm eval script: {plan.instance.instance_id}\nset -uo pipefail\ncd /testbed\n"
+        f"{quote_env(plan.env_vars)}{pre}\n{plan.test_command}\n"
+    )
+
+
+def compose_log(raw: str, res: ExecResult, timeout_s: float) -> tuple[str, int]:
+    """test_output.txt in swebench's shape; marker text printed by the tests is neutralised first."""
+    c = _swebench.load().constants
+    count = raw.count(">>>>>")
+    clean = raw.replace(">>>>>", ">>>>\u2009>")
+    if clean and not clean.endswith("\n"):
+        clean += "\n"
+    out = [
+        f"{c.START_TEST_OUTPUT}\n",
+        clean,
+        f"{c.END_TEST_OUTPUT}\n",
+        f"{c.TEST_EXIT_CODE}: {res.exit_code}\n",
+    ]
+    if res.timed_out:
+        out.append(f"{c.TESTS_TIMEOUT} after {timeout_s:.0f}s\n")
+    return "".join(out), count

@@ -1,0 +1,35 @@
+"""Fixtures for the harness tests: SWE-bench Lite rows, the toy repository and its spec."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from toyrepo import LITE, make_repo, row, write_spec
+
+from envfarm.harness import Instance, load_instances
+from envfarm.harness.instances import instance_from_row
+
+
+@pytest.fixture(scope="session")
+def lite() -> list[Instance]:
+    """The 300 SWE-bench Lite test rows (v5 schema)."""
+    path = LITE / "test.parquet"
+    if not path.is_file():
+        pytest.skip(f"SWE-bench Lite is not at {path}")
+    return load_instances(path)
+
+
+@pytest.fixture(scope="session")
+def toy(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]:
+    """(repo source folder, base commit, specs folder) of the toy repository."""
+    root = tmp_path_factory.mktemp("toy")
+    _, base = make_repo(root / "src")
+    specs = root / "specs"
+    write_spec(specs)
+    return root / "src", base, specs
+
+
+@pytest.fixture(scope="session")
+def toy_instance(toy: tuple[Path, str, Path]) -> Instance:
+    return instance_from_row(row("envfarm-tests__calc-1", toy[1]))

@@ -1,0 +1,176 @@
+"""The harness end to end on the real docker backend, with the toy repository (tests/harness/toyrepo.py).
+
+Images are cached by content hash: the env image and the instance images are built once per machine (about
+half a minute on two cores) and found again by later sessions; each instance then costs one sandbox start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from toyrepo import PATCHES, row
+
+from envfarm.harness import (
+    ErrorKind,
+    Event,
+    HarnessConfig,
+    Instance,
+    Outcome,
+    Policy,
+    Prediction,
+    ResolutionStatus,
+    RunReport,
+    evaluate,
+)
+from envfarm.harness.images import PRISTINE, ImageBuilder
+from envfarm.harness.instances import instance_from_row
+from envfarm.harness.specs import SpecCatalog
+from envfarm.sandbox import Limits, get_backend
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+MAIN = ("gold", "fuzzy", "half", "bad", "conftest", "empty")
+
+
+def instances(base: str, names: tuple[str, ...]) -> list[Instance]:
+    return [instance_from_row(row(f"envfarm-tests__calc-{n}", base)) for n in names]
+
+
+def predictions(insts: list[Instance], patches: dict[str, str] | None = None) -> dict[str, Prediction]:
+    chosen = patches or PATCHES
+    return {
+        i.instance_id: Prediction(i.instance_id, "toy/model", chosen[i.instance_id.rsplit("-", 1)[1]])
+        for i in insts
+    }
+
+
+def run(
+    toy: tuple[Path, str, Path],
+    out: Path,
+    names: tuple[str, ...],
+    events: list[Event] | None = None,
+    **cfg: object,
+) -> RunReport:
+    source, base, specs = toy
+    insts = instances(base, names)
+    options: dict[str, object] = {"run_id": "r1", "max_workers": 3, "timeout_s": 60, **cfg}
+    config = HarnessConfig(report_dir=out, repo_source=source, specs=(specs,), **options)  # type: ignore[arg-type]
+    sink = events if events is not None else []
+    return asyncio.run(evaluate(insts, predictions(insts), config, progress=sink.append))
+
+
+@pytest.fixture(scope="module")
+def main_run(toy: tuple[Path, str, Path], tmp_path_factory: pytest.TempPathFactory) -> RunReport:
+    return run(toy, tmp_path_factory.mktemp("reports"), MAIN)
+
+
+def test_outcomes_of_gold_fuzzy_half_bad_conftest_and_empty(main_run: RunReport) -> None:
+    r = {iid.rsplit("-", 1)[1]: rep for iid, rep in main_run.reports.items()}
+    assert r["gold"].resolved and r["gold"].status is ResolutionStatus.FULL
+    assert r["gold"].extra["apply_command"] == "git apply --verbose"
+    assert r["fuzzy"].resolved and r["fuzzy"].extra["apply_command"].startswith("patch --batch")
+    assert r["half"].outcome is Outcome.UNRESOLVED and r["half"].status is ResolutionStatus.PARTIAL
+    assert r["half"].tests is not None and r["half"].tests.fail_to_pass_failure == (
+        "tests/test_ops.py::test_div",
+    )
+    assert r["bad"].outcome is Outcome.ERROR and r["bad"].error_kind is ErrorKind.PATCH_APPLY
+    assert r["bad"].attempts == 1, "a model failure is not retried"
+    assert r["conftest"].outcome is Outcome.UNRESOLVED and r["conftest"].status is ResolutionStatus.NO
+    assert [(f.rule, f.path, f.action) for f in r["conftest"].findings] == [
+        ("conftest", "conftest.py", "reverted")
+    ]
+    assert r["empty"].outcome is Outcome.EMPTY_PATCH
+    s = main_run.summary
+    assert (s.total_instances, s.completed_instances, s.resolved_instances) == (6, 4, 2)
+    assert s.empty_patch_ids == ["envfarm-tests__calc-empty"] and s.error_ids == ["envfarm-tests__calc-bad"]
+    assert s.partial_ids == ["envfarm-tests__calc-half"] and s.tampered_ids == {
+        "envfarm-tests__calc-conftest": ["conftest"]
+    }
+    assert main_run.summary_path.name == "toy__model.r1.json" and main_run.markdown_path.is_file()
+    folder = main_run.summary_path.parent / "r1" / "toy__model"
+    assert not (folder / "envfarm-tests__calc-empty" / "test_output.txt").exists(), (
+        "an empty patch is not run"
+    )
+    gold_log = (folder / "envfarm-tests__calc-gold" / "test_output.txt").read_text()
+    assert ">>>>> Start Test Output" in gold_log and "PASSED tests/test_ops.py::test_mul" in gold_log
+    assert (
+        "tamper rule conftest: conftest.py (reverted)"
+        in (folder / "envfarm-tests__calc-conftest" / "run_instance.log").read_text()
+    )
+
+
+def test_resume_skips_finished_instances(main_run: RunReport, toy: tuple[Path, str, Path]) -> None:
+    folder = main_run.summary_path.parent
+    stamps = {p: p.stat().st_mtime_ns for p in folder.glob("r1/toy__model/*/report.json")}
+    events: list[Event] = []
+    again = run(toy, folder, MAIN, events)
+    assert {e.phase for e in events} == {"skipped"} and len(events) == len(MAIN)
+    assert again.reports == main_run.reports
+    assert stamps == {p: p.stat().st_mtime_ns for p in folder.glob("r1/toy__model/*/report.json")}
+
+
+def test_endless_tests_time_out_are_retried_once_and_never_resolve(
+    toy: tuple[Path, str, Path], tmp_path: Path
+) -> None:
+    events: list[Event] = []
+    result = run(toy, tmp_path, ("loop",), events, timeout_s=3)
+    report = result.reports["envfarm-tests__calc-loop"]
+    assert report.outcome is Outcome.ERROR and report.error_kind is ErrorKind.TIMEOUT and report.infra_error
+    assert report.attempts == 2 and [e.phase for e in events].count("retry") == 1
+    assert result.summary.timeout_ids == result.summary.infra_failure_ids == ["envfarm-tests__calc-loop"]
+    log = (tmp_path / "r1" / "toy__model" / "envfarm-tests__calc-loop" / "test_output.txt").read_text()
+    assert ">>>>> Tests Timed Out" in log
+
+
+def test_oom_killed_tests_are_an_infra_error(toy: tuple[Path, str, Path], tmp_path: Path) -> None:
+    result = run(toy, tmp_path, ("oom",), memory_mb=256, disk_mb=64)
+    report = result.reports["envfarm-tests__calc-oom"]
+    assert report.error_kind is ErrorKind.OOM and report.infra_error and report.attempts == 2
+    assert result.summary.infra_failure_ids == ["envfarm-tests__calc-oom"] and not result.summary.timeout_ids
+
+
+@pytest.mark.parametrize(
+    ("policy", "resolved", "action"), [(Policy.OFF, True, None), (Policy.FLAG, False, "flagged")]
+)
+def test_tamper_policies(
+    toy: tuple[Path, str, Path], tmp_path: Path, policy: Policy, resolved: bool, action: str | None
+) -> None:
+    """``off`` is SWE-bench's behaviour: the flipping conftest.py resolves the instance (upstream #631)."""
+    report = run(toy, tmp_path, ("conftest",), tamper=policy).reports["envfarm-tests__calc-conftest"]
+    assert report.resolved is resolved
+    assert [f.action for f in report.findings] == ([action] if action else [])
+
+
+def test_unsafe_patch_is_refused_without_running(toy: tuple[Path, str, Path], tmp_path: Path) -> None:
+    source, base, specs = toy
+    inst = instances(base, ("bad",))
+    evil = (
+        "diff --git a/.git/config b/.git/config\n--- a/.git/config\n+++ b/.git/config\n@@ -1 +1 @@\n-a\n+b\n"
+    )
+    config = HarnessConfig(run_id="u", report_dir=tmp_path, repo_source=source, specs=(specs,))
+    preds = {inst[0].instance_id: Prediction(inst[0].instance_id, "m", evil)}
+    report = asyncio.run(evaluate(inst, preds, config)).reports[inst[0].instance_id]
+    assert report.error_kind is ErrorKind.UNSAFE_PATCH and report.findings[0].action == "refused"
+
+
+async def test_instance_image_holds_one_commit_and_an_editable_install(toy: tuple[Path, str, Path]) -> None:
+    source, base, specs = toy
+    plan = SpecCatalog([specs]).plan(instances(base, ("gold",))[0])
+    image = await ImageBuilder(source).instance(plan)
+    backend = get_backend("docker")
+    try:
+        async with backend.open(image=image.tag, limits=Limits(memory_mb=512, disk_mb=128)) as sb:
+            res = await sb.exec(
+                f"git -C {PRISTINE} rev-list --all | wc -l; ls {PRISTINE}; readlink /testbed; "
+                f"cp -a {PRISTINE} /workspace/testbed && cd /tmp && "
+                "python -c 'import calc; print(calc.__file__)'; "
+                f"touch {PRISTINE}/x 2>&1 | grep -c 'Read-only'"
+            )
+    finally:
+        await backend.aclose()
+    lines = res.stdout.split()
+    assert lines[0] == "1" and "FUTURE.md" not in lines and "calc" in lines
+    assert "/workspace/testbed" in lines and "/workspace/testbed/calc/__init__.py" in lines
+    assert lines[-1] == "1", "the image's copy is read-only; runs work on the /workspace copy"

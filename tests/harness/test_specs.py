@@ -1,0 +1,78 @@
+"""Environment specs and per-instance plans: every Lite row plans or names the spec to write."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from toyrepo import row
+
+from envfarm.errors import ConfigError, SpecNotFound
+from envfarm.harness import Instance, SpecCatalog, plan_all
+from envfarm.harness.instances import instance_from_row
+from envfarm.harness.specs import directives_for, eval_script_command, eval_script_exports
+
+
+def test_every_lite_row_plans_or_says_which_spec_to_write(lite: list[Instance]) -> None:
+    plans, errors = plan_all(lite, SpecCatalog())
+    assert len(plans) + len(errors) == 300
+    assert {p.instance.repo for p in plans} == {"pallets/flask"}, "images/swebench/ ships the flask spec"
+    for inst in lite:
+        command = eval_script_command(inst.eval_script)
+        assert command and ">>>>>" not in command, inst.instance_id
+        if inst.instance_id in errors:
+            message = str(errors[inst.instance_id])
+            assert f"images/swebench/{inst.repo_key}.toml" in message, message
+            assert f'[versions."{inst.version}"]' in message and inst.instance_id in message
+    flask = next(p for p in plans if p.instance.instance_id == "pallets__flask-4045")
+    assert flask.command_source == "eval_script"
+    assert flask.test_command == "pytest -rA tests/test_basic.py tests/test_blueprints.py"
+    assert flask.test_files == ("tests/test_basic.py", "tests/test_blueprints.py")
+    assert flask.log_parser == "parse_log_flask" and flask.eval_type == "pass_and_fail"
+    assert flask.env.python == "3.11" and any(p.startswith("Werkzeug==") for p in flask.env.packages)
+
+
+def test_django_rows_derive_exports_and_module_labels(lite: list[Instance]) -> None:
+    django = next(i for i in lite if i.instance_id == "django__django-10914")
+    assert eval_script_command(django.eval_script) == (
+        "./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1 test_utils.tests"
+    )
+    assert ("LANG", "en_US.UTF-8") in eval_script_exports(django.eval_script)
+    assert directives_for(["tests/test_utils/tests.py", "tests/x/data.json"], "django") == [
+        "test_utils.tests"
+    ]
+    assert directives_for(["a/tests/test_b.py", "README.md"], "paths") == ["a/tests/test_b.py"]
+    assert directives_for(["a/tests/test_b.py"], "none") == []
+
+
+def test_user_specs_override_and_cover_classic_rows(lite: list[Instance], tmp_path: Path) -> None:
+    (tmp_path / "django.toml").write_text(
+        'repo = "django/django"\n[defaults]\npackages = ["asgiref"]\ntest_cmd = "./tests/runtests.py -v 2"\n'
+        'directives = "django"\nenv = { PYTHONHASHSEED = "0" }\n'
+    )
+    catalog = SpecCatalog([tmp_path])
+    django = next(i for i in lite if i.instance_id == "django__django-10914")
+    plan = catalog.plan(django)
+    assert plan.command_source == "spec" and plan.test_command == "./tests/runtests.py -v 2 test_utils.tests"
+    assert dict(plan.env_vars)["PYTHONHASHSEED"] == "0" and dict(plan.env_vars)["LANG"] == "en_US.UTF-8"
+    classic = instance_from_row({**row("envfarm-tests__calc-1", "a" * 40), "repo": "django/django"})
+    assert catalog.plan(classic).test_command == "./tests/runtests.py -v 2 test_ops"
+
+
+def test_spec_errors_name_the_fix(tmp_path: Path) -> None:
+    (tmp_path / "a.toml").write_text('repo = "o/a"\n[versions."1.0"]\npackages = []\n')
+    (tmp_path / "b.toml").write_text('repo = "o/b"\n[defaults]\npython = "3.9"\n')
+    (tmp_path / "c.toml").write_text('repo = "o/c"\n')
+    catalog = SpecCatalog([tmp_path])
+    with pytest.raises(SpecNotFound, match=r'has no \[versions."2.0"\] table .* \(it has 1.0\)'):
+        catalog.env("o/a", "2.0")
+    with pytest.raises(SpecNotFound, match=r"needs Python 3.9, but the base image .* has Python 3.11"):
+        catalog.env("o/b", "1.0")
+    classic = instance_from_row({**row("o__c-1", "a" * 40), "repo": "o/c"})
+    with pytest.raises(SpecNotFound, match=r"no test command for o__c-1: .* add test_cmd"):
+        catalog.plan(classic)
+    (tmp_path / "d.toml").write_text('repo = "o/d"\n[defaults]\npyhton = "3.11"\n')
+    with pytest.raises(ConfigError, match="pyhton"):
+        SpecCatalog([tmp_path])
+    with pytest.raises(ConfigError, match="does not exist"):
+        SpecCatalog([tmp_path / "nope"])
