@@ -75,6 +75,8 @@ def root(
 from envfarm.commands import demo as _demo  # noqa: E402
 from envfarm.commands import doctor as _doctor  # noqa: E402
 from envfarm.commands import envs as _envs  # noqa: E402
+from envfarm.commands import farm as _farm  # noqa: E402
+from envfarm.commands import harness as _harness  # noqa: E402
 from envfarm.commands import images as _images  # noqa: E402
 from envfarm.commands.sandbox import sandbox_app  # noqa: E402
 
@@ -83,6 +85,9 @@ app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(_envs.app, name="envs")
 app.command(name="doctor")(_doctor.doctor)
 app.command(name="demo")(_demo.demo)
+app.add_typer(_farm.app, name="farm")
+app.command(name="eval")(_farm.eval_command)
+app.add_typer(_harness.app, name="harness")
 # ------------------------------------------------------------------------------------------------
 
 

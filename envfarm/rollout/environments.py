@@ -1,0 +1,49 @@
+"""Making env instances for the farm from a registered id, all sharing one sandbox pool."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium
+from gymnasium.envs.registration import load_env_creator
+
+from envfarm.envs.core import AgentEnv
+from envfarm.errors import ConfigError
+from envfarm.sandbox import Limits
+from envfarm.sandbox.pool import SandboxPool
+
+
+def env_class(env_id: str) -> type[AgentEnv[Any]]:
+    """The AgentEnv class registered as ``env_id``; ConfigError (with a suggestion) otherwise."""
+    import envfarm.envs
+    from envfarm.envs import env_info
+
+    env_info(env_id)
+    spec = gymnasium.spec(env_id)
+    entry = spec.entry_point
+    cls = load_env_creator(entry) if isinstance(entry, str) else entry
+    if not (isinstance(cls, type) and issubclass(cls, AgentEnv)):
+        raise ConfigError(f"{env_id} ({envfarm.envs.env_info(env_id).entry_point}) is not an envfarm "
+                          "AgentEnv; the farm needs its async areset/astep")
+    return cls
+
+
+def env_defaults(env_id: str, env_kwargs: Mapping[str, Any]) -> tuple[str | None, Limits]:
+    """(image, limits) the env's sandboxes use, so the shared pool starts the right ones."""
+    cls = env_class(env_id)
+    kwargs = {**gymnasium.spec(env_id).kwargs, **env_kwargs}
+    image = kwargs.get("image", cls.default_image)
+    limits = kwargs.get("limits") or cls.default_limits
+    return image, limits
+
+
+def make_env(env_id: str, backend: str, pool: SandboxPool, env_kwargs: Mapping[str, Any]) -> AgentEnv[Any]:
+    """One env instance that leases from ``pool`` (and never closes it)."""
+    env = gymnasium.make(env_id, backend=backend, pool=pool, **dict(env_kwargs)).unwrapped
+    if not isinstance(env, AgentEnv):
+        raise ConfigError(f"{env_id} made a {type(env).__name__}, not an envfarm AgentEnv")
+    return env
+
+
+__all__ = ["env_class", "env_defaults", "make_env"]
