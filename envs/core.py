@@ -108,7 +108,7 @@ def truncate(text: str, limit: int, hint: str = "") -> str:
 class AgentEnv(gymnasium.Env[str, str], Generic[TaskT], metaclass=ABCMeta):
     """Base of every envfarm environment (see module docstring)."""
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
     tools: ClassVar[dict[str, Tool]] = {}
     _schemas: ClassVar[tuple[dict[str, Any], ...]] = ()
     default_max_steps: ClassVar[int] = 20
