@@ -1,17 +1,17 @@
 """``envfarm demo``: the job `make demo` runs on embedded defaults.
 
-It shows the sandbox layer doing real work: a warm pool of locked-down sandboxes per backend, a batch of
-small "episodes" (write a Python program into the sandbox, run it, check its answer), and hostile commands
-(a fork bomb, a memory hog, a timeout) contained without harming the others. It ends with a summary table
-and exits non-zero if any episode answered wrongly or any sandbox was left behind.
+1. The rollout farm plays each built-in tool-use env (ToolCalc, SqlQuery, FileOps, OrderDesk) with the
+   oracle policy, many episodes in flight in warm sandboxes, trajectories written to ``out/demo/<env>/``.
+2. Hostile commands (a fork bomb, a memory hog, a runaway) are contained without harming the sandbox.
+
+It ends with summary tables and exits non-zero if an episode failed, an oracle was not rewarded, or a
+sandbox was left behind.
 """
 
 from __future__ import annotations
 
 import asyncio
-import statistics
-import time
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -20,11 +20,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from envfarm.errors import FarmError
+from envfarm.rollout import Farm, FarmConfig, OraclePolicy, Summary
 from envfarm.sandbox import Backend, Limits, get_backend
-from envfarm.sandbox.pool import SandboxPool
 
 console = Console()
-PROGRAM = "import sys\nn = int(sys.argv[1])\nprint(sum(i * i for i in range(n + 1)))\n"
+ENVS = ("envfarm/ToolCalc-v0", "envfarm/SqlQuery-v0", "envfarm/FileOps-v0", "envfarm/OrderDesk-v0")
 HOSTILE = {
     "fork bomb": (":(){ :|:& };:", Limits(pids=64, timeout_s=5)),
     "memory hog": ("python3 -c 'b = bytearray(1 << 30)'", Limits(memory_mb=128)),
@@ -32,93 +32,76 @@ HOSTILE = {
 }
 
 
-@dataclass(frozen=True)
-class BackendReport:
-    backend: str
-    episodes: int
-    correct: int
-    wall_s: float
-    step_p50_ms: float
-    hostile: dict[str, str]
-
-
-async def episode(pool: SandboxPool, n: int) -> tuple[bool, list[float]]:
-    """One small task: write a program, run it three times, check the answers."""
-    steps = []
-    async with pool.lease(deadline_s=60) as sb:
-        await sb.write_file("task.py", PROGRAM)
-        ok = True
-        for k in (n, n + 1, n + 2):
-            res = await sb.exec(["python3", "task.py", str(k)])
-            steps.append(res.duration)
-            ok = ok and res.stdout.strip() == str(sum(i * i for i in range(k + 1)))
-    return ok, steps
+async def farm_env(env_id: str, backend: str, episodes: int, concurrency: int, out: Path,
+                   progress: Progress) -> Summary:
+    """Play ``episodes`` oracle episodes of ``env_id``; trajectories and summary go under ``out``."""
+    config = FarmConfig(env_id, episodes, concurrency=concurrency, backend=backend, step_slots=4)
+    run_dir = out / env_id.replace("/", "_")
+    farm = Farm(config, OraclePolicy(), run_dir=run_dir, summary_path=run_dir / "summary.json")
+    task = progress.add_task(env_id, total=episodes)
+    async for _ in farm.run():
+        progress.advance(task)
+    return farm.summary()
 
 
 async def contain(backend: Backend) -> dict[str, str]:
-    """Run each hostile command in its own sandbox; report what stopped it."""
+    """Run each hostile command in its own sandbox; report what stopped it and whether it survived."""
     out = {}
     for name, (cmd, limits) in HOSTILE.items():
         async with backend.open(limits=limits) as sb:
             res = await sb.exec(cmd)
             after = await sb.exec("echo alive")
         how = "timeout" if res.timed_out else f"exit {res.exit_code}"
-        state = "alive" if after.stdout.strip() == "alive" else "DEAD"
-        out[name] = f"{how}; sandbox {state}"
+        if "Resource temporarily unavailable" in res.stderr:
+            how += ", pids cap hit"
+        elif res.exit_code == -9 and not res.timed_out:
+            how += ", OOM-killed"
+        out[name] = f"{how}; sandbox {'alive' if after.stdout.strip() == 'alive' else 'DEAD'}"
     return out
 
 
-async def run_backend(name: str, episodes: int, concurrency: int, progress: Progress) -> BackendReport:
-    backend = get_backend(name)
+async def run_demo(backend_name: str, episodes: int, concurrency: int, out: Path,
+                   progress: Progress) -> tuple[list[Summary], dict[str, str]]:
+    summaries = [await farm_env(env, backend_name, episodes, concurrency, out, progress) for env in ENVS]
+    backend = get_backend(backend_name)
     await backend.check()
-    task = progress.add_task(f"{name}: episodes", total=episodes)
-    gate = asyncio.Semaphore(concurrency)
-    steps: list[float] = []
-    correct = 0
-
-    async def one(i: int) -> None:
-        nonlocal correct
-        async with gate:
-            ok, times = await episode(pool, 100 + i)
-        correct += ok
-        steps.extend(times)
-        progress.advance(task)
-
-    t0 = time.perf_counter()
-    async with SandboxPool(backend, limits=Limits(memory_mb=256), size=concurrency) as pool:
-        async with asyncio.TaskGroup() as tg:
-            for i in range(episodes):
-                tg.create_task(one(i))
-    wall = time.perf_counter() - t0
     hostile = await contain(backend)
     await backend.aclose()
     leaked = await backend.gc()
     if backend.live or leaked:
-        raise FarmError(f"{name}: {backend.live + leaked} sandboxes were left behind")
-    return BackendReport(name, episodes, correct, wall, statistics.median(steps) * 1e3, hostile)
+        raise FarmError(f"{backend_name}: {backend.live + leaked} sandboxes were left behind")
+    return summaries, hostile
 
 
-def render(reports: list[BackendReport]) -> Table:
-    table = Table(title="envfarm demo: sandboxes")
-    for col in ("backend", "episodes", "correct", "episodes/s", "step p50 ms", *HOSTILE):
-        table.add_column(col)
-    for r in reports:
-        table.add_row(r.backend, str(r.episodes), str(r.correct), f"{r.episodes / r.wall_s:.1f}",
-                      f"{r.step_p50_ms:.1f}", *(r.hostile[k] for k in HOSTILE))
-    return table
+def render(summaries: list[Summary], hostile: dict[str, str], backend: str) -> tuple[Table, Table]:
+    farm = Table(title=f"rollout farm, oracle policy, {backend} sandboxes")
+    for col in ("env", "episodes", "failed", "infra errors", "mean reward", "steps/s", "max in flight"):
+        farm.add_column(col)
+    for s in summaries:
+        reward = "-" if s.mean_reward is None else f"{s.mean_reward:.3f}"
+        farm.add_row(s.env_id.removeprefix("envfarm/"), str(s.episodes_completed), str(s.episodes_failed), str(s.infra_errors),
+                     reward, f"{s.steps_per_s:.0f}", str(s.max_concurrent))
+    box = Table(title="hostile commands")
+    box.add_column("attack")
+    box.add_column("outcome")
+    for name, outcome in hostile.items():
+        box.add_row(name, outcome)
+    return farm, box
 
 
 def demo(
-    backends: Annotated[str, typer.Option(help="Comma-separated backends to run.")] = "docker,bwrap",
-    episodes: Annotated[int, typer.Option(min=1, help="Episodes per backend.")] = 64,
-    concurrency: Annotated[int, typer.Option(min=1, help="Episodes in flight at once.")] = 16,
+    backend: Annotated[str, typer.Option(help="Sandbox backend: bwrap or docker.")] = "bwrap",
+    episodes: Annotated[int, typer.Option(min=1, help="Episodes per env.")] = 100,
+    concurrency: Annotated[int, typer.Option(min=1, help="Episodes in flight at once.")] = 32,
+    out: Annotated[Path, typer.Option(help="Run folders (trajectories, summaries).")] = Path("out/demo"),
 ) -> None:
-    """Run small episodes and hostile commands in warm sandbox pools; print a summary."""
-    reports = []
+    """Farm oracle episodes of every built-in env and contain hostile commands; print a summary."""
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
-        for name in backends.split(","):
-            reports.append(asyncio.run(run_backend(name.strip(), episodes, concurrency, progress)))
-    console.print(render(reports))
-    if any(r.correct != r.episodes or "DEAD" in "".join(r.hostile.values()) for r in reports):
+        summaries, hostile = asyncio.run(run_demo(backend, episodes, concurrency, out, progress))
+    for table in render(summaries, hostile, backend):
+        console.print(table)
+    console.print(f"trajectories and summaries: {out}/")
+    bad = [s.env_id for s in summaries if s.episodes_failed or (s.mean_reward or 0) < 1.0]
+    if bad or "DEAD" in "".join(hostile.values()):
         raise typer.Exit(1)
