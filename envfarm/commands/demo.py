@@ -79,8 +79,8 @@ def render(summaries: list[Summary], hostile: dict[str, str], backend: str) -> t
         farm.add_column(col)
     for s in summaries:
         reward = "-" if s.mean_reward is None else f"{s.mean_reward:.3f}"
-        farm.add_row(s.env_id.removeprefix("envfarm/"), str(s.episodes_completed), str(s.episodes_failed), str(s.infra_errors),
-                     reward, f"{s.steps_per_s:.0f}", str(s.max_concurrent))
+        farm.add_row(s.env_id.removeprefix("envfarm/"), str(s.episodes_completed), str(s.episodes_failed),
+                     str(s.infra_errors), reward, f"{s.steps_per_s:.0f}", str(s.max_concurrent))
     box = Table(title="hostile commands")
     box.add_column("attack")
     box.add_column("outcome")
