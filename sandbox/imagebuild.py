@@ -12,7 +12,6 @@ import logging
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections import deque
@@ -27,7 +26,7 @@ from docker.errors import DockerException
 from envfarm import config
 from envfarm.errors import ImageBuildError, tail
 
-from . import dockerutil, rootfs
+from . import dockerutil, hostproc, rootfs
 from .rootfs import ProgressFn
 
 log = logging.getLogger(__name__)
@@ -141,24 +140,14 @@ def _download(req: Path, dest: Path, spec: LayerSpec, progress: ProgressFn | Non
 
 
 def _pip(args: list[str], progress: ProgressFn | None) -> None:
-    cmd = [sys.executable, "-m", "pip", *args]
-    log.info("running %s", " ".join(cmd))
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
-    lines: deque[str] = deque(maxlen=30)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    try:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            if line := raw.rstrip():
-                lines.append(line)
-                log.debug("pip: %s", line)
-                if progress and not line.startswith("WARNING: Location"):
-                    progress(line)
-        rc = proc.wait()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+
+    def on_line(line: str) -> None:
+        log.debug("pip: %s", line)
+        if progress and not line.startswith("WARNING: Location"):
+            progress(line)
+
+    rc, lines = hostproc.stream([sys.executable, "-m", "pip", *args], env, on_line)
     if rc != 0:
         raise ImageBuildError(
             f"`pip {args[0]}` failed (exit {rc}):\n{tail(chr(10).join(lines))}\n"

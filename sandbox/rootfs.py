@@ -22,7 +22,6 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from docker.errors import DockerException
 from envfarm import config
 from envfarm.errors import BackendUnavailable, ImageBuildError, tail
 
-from . import dockerutil
+from . import dockerutil, hostproc
 
 log = logging.getLogger(__name__)
 
@@ -187,25 +186,14 @@ def debootstrap(
     if exe is None:
         raise BackendUnavailable("debootstrap is not installed", "run `make setup`")
     cmd = [exe, f"--variant={variant}", f"--include={','.join(packages)}", suite, str(dest), mirror]
-    log.info("running %s", " ".join(cmd))
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
-    lines: deque[str] = deque(maxlen=30)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    try:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            line = raw.rstrip()
-            if not line:
-                continue
-            lines.append(line)
-            log.log(logging.DEBUG if line.startswith(_PER_PACKAGE) else logging.INFO, "debootstrap: %s", line)
-            if progress:
-                progress(line)
-        rc = proc.wait(timeout=DEBOOTSTRAP_TIMEOUT_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+
+    def on_line(line: str) -> None:
+        log.log(logging.DEBUG if line.startswith(_PER_PACKAGE) else logging.INFO, "debootstrap: %s", line)
+        if progress:
+            progress(line)
+
+    rc, lines = hostproc.stream(cmd, env, on_line, timeout=DEBOOTSTRAP_TIMEOUT_S)
     if rc != 0:
         detail = "\n".join(lines) or _read_tail(dest / "debootstrap" / "debootstrap.log")
         raise ImageBuildError(
