@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import docker
 import requests
 from docker.errors import APIError, DockerException
 
@@ -183,7 +182,7 @@ def build_instance(
     inst = plan.instance
     digest = instance_hash(env_image.hash, plan)
     tag = instance_tag(inst.instance_id, digest)
-    if not force and (found := _image(tag)) is not None:
+    if not force and (found := dockerutil.get_image(tag)) is not None:
         size = int((found.labels or {}).get("envfarm.harness.repo_bytes", "0"))
         return BuiltImage(tag, digest, False, time.monotonic() - start, size)
     src = repos.find_repo(repo_source, inst.repo)
@@ -266,17 +265,8 @@ class ImageBuilder:
 # -------------------------------------------------------------------------------------- list, prune
 
 
-def _image(ref: str) -> Any:
-    try:
-        return dockerutil.client().images.get(ref)
-    except docker.errors.ImageNotFound:
-        return None
-    except (DockerException, requests.RequestException) as e:
-        raise ImageError(f"cannot inspect docker image {ref}: {e}") from e
-
-
 def _exists(ref: str) -> bool:
-    return _image(ref) is not None
+    return dockerutil.get_image(ref) is not None
 
 
 def list_images() -> list[HarnessImage]:
@@ -308,7 +298,7 @@ def list_images() -> list[HarnessImage]:
 
 
 def _size_of(tag: str) -> int:
-    img = _image(tag)
+    img = dockerutil.get_image(tag)
     return int(img.attrs.get("Size", 0)) if img is not None else 0
 
 

@@ -12,8 +12,9 @@ import threading
 import docker
 import requests
 from docker.errors import DockerException
+from docker.models.images import Image
 
-from envfarm.errors import BackendUnavailable
+from envfarm.errors import BackendUnavailable, ImageError
 
 log = logging.getLogger(__name__)
 
@@ -63,3 +64,13 @@ def reset() -> None:
             except Exception as e:  # closing a dead client must never mask the caller's error
                 log.debug("closing docker client: %s", e)
         _client = None
+
+
+def get_image(ref: str) -> Image | None:
+    """The docker image ``ref``, or None when it does not exist; ImageError when the daemon fails."""
+    try:
+        return client().images.get(ref)
+    except docker.errors.ImageNotFound:
+        return None
+    except (DockerException, requests.RequestException) as e:
+        raise ImageError(f"cannot inspect docker image {ref}: {e}") from e

@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import docker
 import requests
 from docker.errors import APIError, DockerException
 from docker.models.images import Image
@@ -119,7 +118,7 @@ def build_base(force: bool = False, progress: ProgressFn | None = None) -> Build
     tag, folder = tag_for("base", recipe.hash), rootfs.base_dir(recipe.hash)
     with rootfs.build_lock():
         have_docker = dockerutil.ping()
-        old = _docker_image(tag) if have_docker else None
+        old = dockerutil.get_image(tag) if have_docker else None
         need_rootfs = force or not rootfs.is_complete(folder)
         need_image = have_docker and (force or old is None)
         if need_rootfs:
@@ -204,7 +203,7 @@ def build_image(name: str, force: bool = False, progress: ProgressFn | None = No
     recipe_hash = content_hash(folder, extra=base.hash)
     tag = tag_for(name, recipe_hash)
     with rootfs.build_lock():
-        old = _docker_image(tag)
+        old = dockerutil.get_image(tag)
         if old is not None and not force:
             _tag_latest(tag, name)
             log.info("%s is up to date", tag)
@@ -233,18 +232,8 @@ def _note(progress: ProgressFn | None, message: str) -> None:
 # ------------------------------------------------------------------------------------------ docker bits
 
 
-def _docker_image(ref: str) -> Image | None:
-    """The docker image ``ref``, or None when it does not exist."""
-    try:
-        return dockerutil.client().images.get(ref)
-    except docker.errors.ImageNotFound:
-        return None
-    except (DockerException, requests.RequestException) as e:
-        raise ImageError(f"cannot inspect docker image {ref}: {e}") from e
-
-
 def _tag_latest(tag: str, name: str) -> None:
-    image = _docker_image(tag)
+    image = dockerutil.get_image(tag)
     if image is not None and f"{REPO}/{name}:{LATEST}" not in image.tags:
         image.tag(f"{REPO}/{name}", LATEST)
 
@@ -288,7 +277,7 @@ def resolve_image(name: str | None) -> str:
             else f"no registry is reachable here: build it (`envfarm images build NAME` for a recipe in "
             f"images/: {', '.join(recipe_names())})"
         )
-    if _docker_image(tag) is None:
+    if dockerutil.get_image(tag) is None:
         raise ImageNotFound(tag, fix)
     return tag
 
@@ -309,7 +298,7 @@ def rootfs_for(image: str | None) -> Path:
     if not dockerutil.ping() and name in current and (found := _exported(name, current[name])):
         return found  # bwrap keeps working on an earlier export while the daemon is down
     tag = resolve_image(name)
-    img = _docker_image(tag)
+    img = dockerutil.get_image(tag)
     assert img is not None
     labels = img.labels or {}
     if labels.get(NAME_LABEL) == "base" and rootfs.is_complete(
