@@ -101,10 +101,10 @@ def split(rows: list[dict[str, float]]) -> dict[str, object]:
 
 async def bench_toy(n: int, tmp: Path) -> dict[str, object]:
     source = tmp / "src"
-    _, base = toyrepo.make_repo(source)
+    _, base = await asyncio.to_thread(toyrepo.make_repo, source)  # git runs: off the event loop
     specs = toyrepo.write_spec(tmp / "specs")
     insts = [instance_from_row(toyrepo.row(f"bench__calc-{k}", base)) for k in range(n)]
-    host = [host_baseline(source, i, tmp / "host") for i in insts]
+    host = [await asyncio.to_thread(host_baseline, source, i, tmp / "host") for i in insts]
 
     def cfg(run_id: str, workers: int, force: bool) -> HarnessConfig:
         return HarnessConfig(
@@ -137,7 +137,7 @@ async def bench_toy(n: int, tmp: Path) -> dict[str, object]:
 
 
 async def bench_flask(mirror: Path, lite: Path, tmp: Path) -> dict[str, object]:
-    insts = load_instances(lite, ids=list(FLASK))
+    insts = await asyncio.to_thread(load_instances, lite, list(FLASK))
 
     def cfg(run_id: str, workers: int, force: bool) -> HarnessConfig:
         return HarnessConfig(

@@ -44,7 +44,8 @@ class HarnessConfig(BaseModel):
     force_rebuild: bool = False
     """Rebuild env and instance images even when an image with the same hash exists."""
     rerun_infra: bool = True
-    """On resume, run again instances whose last result was an infra error."""
+    """On resume, run again instances whose last result was an infra error (setup errors, such as a
+    missing spec or repository, always run again; model failures and verdicts never do)."""
 
     @field_validator("run_id")
     @classmethod

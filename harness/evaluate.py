@@ -9,13 +9,17 @@ daemon, a test timeout, an OOM kill) are retried ``retries`` times, then reporte
 model failures (a patch that does not apply, an unsafe patch) are not retried. A test timeout is treated as
 infra because a slow or overloaded machine causes it as often as an endless loop does: it gets one retry,
 and a second timeout is final (an error, in ``timeout_ids``, never resolved). Re-running with the same
-run id skips every instance whose report.json exists (infra errors run again unless ``rerun_infra`` is off).
+run id skips every instance whose report.json exists, except errors that are not the model's: infra errors
+run again (unless ``rerun_infra`` is off), and so do setup errors (a missing spec or repository, a test_patch
+that did not apply, an internal error), so writing the spec a message names and re-running finishes the run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import re
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -33,7 +37,7 @@ from envfarm.errors import (
 )
 from envfarm.sandbox import Backend, get_backend
 
-from . import tamper
+from . import _swebench, tamper
 from .config import HarnessConfig
 from .grading import ErrorKind, InstanceReport, empty_report, error_report, grade
 from .images import BuiltImage, ImageBuilder
@@ -46,6 +50,7 @@ from .tamper import Policy
 log = logging.getLogger(__name__)
 
 Phase = Literal["skipped", "build", "run", "retry", "done"]
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # colours in docker build output
 
 
 @dataclass(frozen=True)
@@ -98,7 +103,11 @@ async def evaluate(
     if len(models) > 1:
         raise HarnessError(f"one model per run; the predictions hold {models}")
     model = models[0] if models else "none"
-    runner = _Runner(config, RunFolder(config.report_dir, config.run_id, model), progress, backend)
+    folder = RunFolder(config.report_dir, config.run_id, model)
+    await asyncio.to_thread(_writable, folder)
+    catalog = await asyncio.to_thread(SpecCatalog, config.specs)  # reads spec files, imports swebench
+    await asyncio.to_thread(_swebench.load)
+    runner = _Runner(config, folder, catalog, progress, backend)
     reports = await runner.run_all(instances, predictions)
     summary = summarize(instances, predictions, reports, config.run_id, model)
     json_path, md_path = await asyncio.to_thread(write_summary, runner.folder, summary, reports)
@@ -114,14 +123,36 @@ async def evaluate(
     )
 
 
+def _first(group: BaseExceptionGroup[HarnessError]) -> HarnessError:
+    """The first HarnessError of a (possibly nested) exception group."""
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    assert isinstance(error, HarnessError)
+    return error
+
+
+def _writable(folder: RunFolder) -> None:
+    try:
+        folder.root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise HarnessError(
+            f"cannot write reports under {folder.report_dir} ({e}); pass a writable --report-dir"
+        ) from e
+
+
 class _Runner:
     def __init__(
-        self, cfg: HarnessConfig, folder: RunFolder, progress: ProgressFn | None, backend: Backend | None
+        self,
+        cfg: HarnessConfig,
+        folder: RunFolder,
+        catalog: SpecCatalog,
+        progress: ProgressFn | None,
+        backend: Backend | None,
     ) -> None:
-        self.cfg, self.folder = cfg, folder
+        self.cfg, self.folder, self.catalog = cfg, folder, catalog
         self.progress = progress or (lambda event: None)
         self.backend = backend
-        self.catalog = SpecCatalog(cfg.specs)
         self.builder = ImageBuilder(cfg.repo_source, cfg.max_workers, cfg.force_rebuild)
         self.run_sem = asyncio.Semaphore(cfg.max_workers)
         self.images_used: set[str] = set()
@@ -140,15 +171,22 @@ class _Runner:
                     if pred is None:
                         continue
                     old = finished.get(inst.instance_id)
-                    if old is not None and not (old.infra_error and self.cfg.rerun_infra):
+                    if old is not None and not self._rerun(old):
                         reports[inst.instance_id] = old
                         self.progress(Event(inst.instance_id, "skipped", old))
                         continue
                     tg.create_task(self._one(inst, pred, reports))
+        except* HarnessError as group:  # the report folder became unwritable: one error, not a group
+            raise _first(group) from None
         finally:
             if own_backend:
                 await self.backend.aclose()
         return reports
+
+    def _rerun(self, old: InstanceReport) -> bool:
+        """Whether a resumed run evaluates an instance with an earlier report again."""
+        kind = old.error_kind
+        return kind is not None and (kind.setup or (kind.infra and self.cfg.rerun_infra))
 
     async def _one(self, inst: Instance, pred: Prediction, reports: dict[str, InstanceReport]) -> None:
         t0 = time.monotonic()
@@ -162,11 +200,18 @@ class _Runner:
                 ErrorKind.INTERNAL,
                 f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}",
             )
-            await asyncio.to_thread(
-                self.folder.write_artifacts, inst.instance_id, Artifacts(patch=pred.model_patch)
-            )
+            with contextlib.suppress(OSError):  # writing the report below says why, if it fails too
+                await asyncio.to_thread(
+                    self.folder.write_artifacts, inst.instance_id, Artifacts(patch=pred.model_patch)
+                )
         report = replace(report, duration_s=round(time.monotonic() - t0, 3))
-        await asyncio.to_thread(self.folder.write_report, report)
+        try:
+            await asyncio.to_thread(self.folder.write_report, report)
+        except OSError as e:
+            raise HarnessError(
+                f"cannot write the report of {inst.instance_id} under {self.folder.root} ({e}); free disk "
+                "space or pass another --report-dir, then re-run with the same --run-id to resume"
+            ) from e
         reports[inst.instance_id] = report
         self.progress(Event(inst.instance_id, "done", report))
 
@@ -221,7 +266,11 @@ class _Runner:
         try:
             image = await self.builder.instance(plan)
         except (ImageError, BackendUnavailable) as e:
-            raise _Infra(ErrorKind.BUILD, f"image build failed: {e}") from e
+            raise _Infra(
+                ErrorKind.BUILD,
+                f"image build failed (the packages/install of {plan.env.repo} {plan.env.version} are in "
+                f"{plan.env.source}): {_ANSI.sub('', str(e))}",
+            ) from e
         except HarnessError as e:
             if isinstance(e, RepoNotFound):
                 raise

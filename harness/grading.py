@@ -80,6 +80,12 @@ class ErrorKind(enum.StrEnum):
     def infra(self) -> bool:
         return self in (ErrorKind.BUILD, ErrorKind.SANDBOX, ErrorKind.TIMEOUT, ErrorKind.OOM)
 
+    @property
+    def setup(self) -> bool:
+        """Fixed on the harness side (write the spec, pass --repo-source, fix the row): a resumed run
+        evaluates the instance again instead of keeping the error."""
+        return self in (ErrorKind.SPEC, ErrorKind.REPO, ErrorKind.TEST_PATCH, ErrorKind.INTERNAL)
+
 
 @dataclass(frozen=True)
 class TestResults:
@@ -156,6 +162,12 @@ class InstanceReport:
     def tampered(self) -> bool:
         return bool(self.findings)
 
+    @property
+    def infra_failure(self) -> bool:
+        """swebench's ``infra_failure``: an infra error, or a log that swebench's ``classify_logs`` puts in
+        its environment tier (a broken environment, not the patch)."""
+        return self.infra_error or failure_tier(self.failure_reason) == "environment"
+
     def to_swebench(self) -> dict[str, Any]:
         """swebench's report.json ``{instance_id: {...}}``, with envfarm's fields under ``"envfarm"``."""
         inner: dict[str, Any] = {
@@ -163,7 +175,7 @@ class InstanceReport:
             "patch_exists": self.patch_exists,
             "patch_successfully_applied": self.patch_applied,
             "resolved": self.resolved,
-            "infra_failure": self.infra_error,
+            "infra_failure": self.infra_failure,
         }
         if self.failure_reason:
             inner["infra_failure_reason"] = self.failure_reason
@@ -301,6 +313,14 @@ def _grade_file(
         failure_reason=inner.get("infra_failure_reason"),
         test_exit_code=sw.grading.parse_test_exit_code(content),
     )
+
+
+def failure_tier(reason: str | None) -> str | None:
+    """The tier (``environment`` or ``ambiguous``) of a ``classify_logs`` reason in swebench's table."""
+    if not reason:
+        return None
+    table = _swebench.load().infra_failure.INFRA_FAILURE_SIGNATURES
+    return next((tier for name, tier, _ in table if name == reason), None)
 
 
 def empty_report(instance_id: str, model: str, patch: str | None) -> InstanceReport:

@@ -195,15 +195,24 @@ def _test_list(value: Any, iid: str, key: str) -> tuple[str, ...]:
 def load_predictions(source: str | Path, instances: Sequence[Instance]) -> dict[str, Prediction]:
     """Predictions keyed by instance id, for ``instances`` only; ``"gold"`` uses each instance's ``patch``.
 
-    A file may be a JSON list, a JSON object keyed by instance id (as swebench accepts), or JSONL.
-    Predictions for instances not in ``instances`` are dropped; one run grades one model.
+    A file may be a JSON list, a JSON object keyed by instance id (as swebench accepts), one bare
+    prediction object, or JSONL. Predictions for instances not in ``instances`` are dropped (a file none of
+    whose rows match raises DatasetError); one run grades one model.
     """
     if str(source) == GOLD:
         return {i.instance_id: Prediction(i.instance_id, GOLD, i.patch) for i in instances}
     path = Path(source)
+    if not path.is_file():
+        raise DatasetError(
+            f"predictions file {path} {'is a folder' if path.is_dir() else 'does not exist'}; "
+            "pass a JSON or JSONL file of {instance_id, model_name_or_path, model_patch}, or `gold`"
+        )
     rows = _read_json_rows(path)
     if isinstance(rows, dict):
-        rows = [{"instance_id": k, **v} if isinstance(v, dict) else v for k, v in rows.items()]
+        if "instance_id" in rows:  # one prediction as a bare object
+            rows = [rows]
+        else:
+            rows = [{"instance_id": k, **v} if isinstance(v, dict) else v for k, v in rows.items()]
     wanted = {i.instance_id for i in instances}
     preds: dict[str, Prediction] = {}
     for n, row in enumerate(rows):
@@ -219,6 +228,14 @@ def load_predictions(source: str | Path, instances: Sequence[Instance]) -> dict[
             str(row.get("model_name_or_path") or path.stem),
             None if patch is None else str(patch),
         )
+    if rows and not preds and instances:
+        ids = [str(r["instance_id"]) for r in rows]
+        hint = difflib.get_close_matches(ids[0], sorted(wanted), n=1)
+        did = f"; did you mean {hint[0]!r}?" if hint else ""
+        raise DatasetError(
+            f"none of the {len(rows)} predictions in {path} is for the {len(wanted)} selected instances "
+            f"(first: {ids[0]!r}{did}); check --instances/--instance-ids against the predictions file"
+        )
     models = {p.model_name_or_path for p in preds.values()}
     if len(models) > 1:
         raise DatasetError(f"{path} mixes models {sorted(models)}; grade one model_name_or_path per run")
@@ -231,7 +248,10 @@ def load_predictions(source: str | Path, instances: Sequence[Instance]) -> dict[
 def read_rows(path: Path, split: str = "test") -> list[dict[str, Any]]:
     """Rows of a .json/.jsonl/.parquet/.arrow file, or of the ``split`` in a local datasets folder."""
     if not path.exists():
-        raise DatasetError(f"instances file {path} does not exist")
+        raise DatasetError(
+            f"instances file {path} does not exist; pass a .json/.jsonl/.parquet/.arrow file of SWE-bench "
+            "rows or a local datasets folder"
+        )
     if path.is_dir():
         files = _dataset_files(path, split)
         return [row for f in files for row in read_rows(f, split)]
@@ -248,9 +268,11 @@ def read_rows(path: Path, split: str = "test") -> list[dict[str, Any]]:
 
 def _read_json_rows(path: Path) -> list[Any] | dict[str, Any]:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise DatasetError(f"cannot read {path}: {e}") from e
+    except UnicodeDecodeError as e:
+        raise DatasetError(f"{path} is not UTF-8 text ({e}); pass a JSON, JSONL or parquet file") from e
     if path.suffix.lower() != ".jsonl":
         try:
             data = json.loads(text)
@@ -264,7 +286,10 @@ def _read_json_rows(path: Path) -> list[Any] | dict[str, Any]:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as e:
-                raise DatasetError(f"{path}:{n} is neither JSON nor JSON lines: {e}") from e
+                raise DatasetError(
+                    f"{path}:{n} is neither JSON nor JSON lines ({e}); write a JSON list or object, "
+                    "or one JSON object per line"
+                ) from e
     return rows
 
 

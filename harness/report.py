@@ -180,10 +180,11 @@ def summarize(
     mine = {i: reports[i] for i in ids if i in reports}
     by: dict[Outcome, list[str]] = {o: sorted(i for i, r in mine.items() if r.outcome is o) for o in Outcome}
     errors, resolved, unresolved = by[Outcome.ERROR], by[Outcome.RESOLVED], by[Outcome.UNRESOLVED]
-    infra = [i for i in errors if mine[i].infra_error]
-    reasons = {i: r.failure_reason for i, r in mine.items() if r.failure_reason}
-    reasons.update({i: str(mine[i].error_kind) for i in infra})
-    ambiguous = sorted(i for i in reasons if i not in infra and mine[i].outcome is not Outcome.RESOLVED)
+    failed = set(errors) | set(unresolved)
+    infra = sorted(i for i in failed if mine[i].infra_failure)  # swebench: environment tier, + infra errors
+    reasons = {i: r.failure_reason for i, r in mine.items() if r.failure_reason and i in failed}
+    reasons.update({i: str(mine[i].error_kind) for i in infra if mine[i].infra_error})
+    ambiguous = sorted(i for i in reasons if i not in infra)
     submitted = sorted(i for i in ids if i in predictions)
     return RunSummary(
         total_instances=len(ids),
@@ -210,7 +211,7 @@ def summarize(
         resolved_rate=len(resolved) / len(ids) if ids else 0.0,
         resolved_rate_ci95=wilson(len(resolved), len(ids)),
         partial_ids=sorted(i for i, r in mine.items() if r.status is ResolutionStatus.PARTIAL),
-        infra_error_ids=infra,
+        infra_error_ids=[i for i in errors if mine[i].infra_error],
         timeout_ids=[i for i in errors if mine[i].error_kind is ErrorKind.TIMEOUT],
         tampered_ids={i: sorted({f.rule for f in r.findings}) for i, r in sorted(mine.items()) if r.findings},
         error_kinds={i: str(mine[i].error_kind) for i in errors},

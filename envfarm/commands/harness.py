@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
+from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from envfarm.errors import ConfigError
+from envfarm.errors import ConfigError, SpecNotFound
 
 if TYPE_CHECKING:
-    from envfarm.harness import RunReport
+    from envfarm.harness import Instance, RunReport
+
+M = TypeVar("M", bound=BaseModel)
 
 app = typer.Typer(
     name="harness",
@@ -73,18 +76,17 @@ def run(
         policy = Policy(tamper)
     except ValueError:
         raise ConfigError(f"--tamper {tamper!r}: choose revert, flag or off") from None
+    if repo_source is not None and not repo_source.is_dir():
+        raise ConfigError(
+            f"--repo-source {repo_source} is not a folder; pass the folder holding the owner__name(.git) "
+            "repositories"
+        )
+    options = {"run_id": run_id, "report_dir": report_dir, "repo_source": repo_source}
+    options |= {"specs": tuple(specs or ()), "max_workers": max_workers, "timeout_s": timeout}
+    config = _valid(HarnessConfig, **options, tamper=policy, force_rebuild=force_rebuild)
     rows = load_instances(instances, _ids(instance_ids, ctx.args), split=split)
     preds = load_predictions(predictions, rows)
-    config = HarnessConfig(
-        run_id=run_id,
-        report_dir=report_dir,
-        repo_source=repo_source,
-        specs=tuple(specs or ()),
-        max_workers=max_workers,
-        timeout_s=timeout,
-        tamper=policy,
-        force_rebuild=force_rebuild,
-    )
+    _check_specs([r for r in rows if r.instance_id in preds and not preds[r.instance_id].is_empty], specs)
     with _progress() as bar:
         task = bar.add_task("evaluating", total=len(preds))
         counts = {"resolved": 0, "unresolved": 0, "error": 0, "empty_patch": 0}
@@ -95,6 +97,34 @@ def run(
         result = asyncio.run(evaluate(rows, preds, config, progress=on_event))
     _print_summary(result)
     _print_disk(result.images)
+
+
+def _valid(model: type[M], **fields: object) -> M:
+    """``model(**fields)``, a validation error as one ConfigError naming the option."""
+    try:
+        return model.model_validate(fields)
+    except ValidationError as e:
+        first = e.errors()[0]
+        msg = str(first["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"--{str(first['loc'][0]).replace('_', '-')}: {msg}") from None
+
+
+def _check_specs(rows: list[Instance], specs: list[Path] | None) -> None:
+    """Refuse the run before anything is built when a row to evaluate has no environment spec."""
+    from envfarm.harness import SpecCatalog, plan_all
+
+    _, errors = plan_all(rows, SpecCatalog(specs or ()))
+    if not errors:
+        return
+    missing = sorted({(r.repo, r.version) for r in rows if r.instance_id in errors})
+    shown = ", ".join(f"{repo} {version}" for repo, version in missing[:4])
+    more = f" and {len(missing) - 4} more" if len(missing) > 4 else ""
+    first = str(next(iter(errors.values()))).splitlines()[0]
+    raise SpecNotFound(
+        f"{len(errors)} of {len(rows)} instances have no environment spec ({shown}{more}). {first}. "
+        "`envfarm harness plan --instances F` lists what each row needs; --instance-ids selects the ready "
+        "ones"
+    )
 
 
 def _print_summary(result: RunReport) -> None:
@@ -109,6 +139,12 @@ def _print_summary(result: RunReport) -> None:
         f"timeout {len(s.timeout_ids)}), tamper rules fired on {len(s.tampered_ids)}",
         highlight=False,
     )
+    for iid in s.error_ids[:10]:
+        report = result.reports[iid]
+        line = (report.error or "").splitlines()[0] if report.error else ""
+        err.print(f"[red]{escape(iid)}[/red]: {report.error_kind}: {escape(line[:200])}", highlight=False)
+    if len(s.error_ids) > 10:
+        err.print(f"... and {len(s.error_ids) - 10} more errors (see the report.json files)")
     console.print(f"summary: {result.summary_path}\n         {result.markdown_path}", highlight=False)
 
 
@@ -140,14 +176,15 @@ def _print_disk(tags: tuple[str, ...]) -> None:
     from envfarm.harness.images import list_images
 
     try:
-        used = [i for i in list_images() if i.tag in tags]
+        every = list_images()
     except Exception as e:  # disk use is informational; never fail a finished run over it
         err.print(f"[dim]disk use unavailable: {escape(str(e))}[/dim]")
         return
-    own = sum(i.own_bytes for i in used)
+    used = [i for i in every if i.tag in tags]
+    own, total = sum(i.own_bytes for i in used), sum(i.own_bytes for i in every)
     console.print(
-        f"images: {len(used)} instance images, {own / 1e6:.0f} MB of their own layers "
-        "(`envfarm harness images list`, `envfarm harness images prune`)",
+        f"disk: this run's {len(used)} instance images {own / 1e6:.0f} MB; all {len(every)} harness images "
+        f"{total / 1e6:.0f} MB (`envfarm harness images list`, `envfarm harness images prune`)",
         highlight=False,
     )
 

@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from toyrepo import LITE, PATCHES, row
+from toyrepo import LITE, PATCHES, row, write_spec
 from typer.testing import CliRunner
 
+from envfarm.cli import app as root
 from envfarm.commands.harness import app
 from envfarm.errors import DatasetError
 
@@ -32,6 +33,77 @@ def test_unknown_instance_id_is_an_error_with_a_hint() -> None:
     args = ["run", "--instances", str(LITE / "test.parquet"), "--instance-ids", "pallets__flask-40"]
     result = CliRunner().invoke(app, [*args, "--predictions", "gold", "--run-id", "x"])
     assert isinstance(result.exception, DatasetError) and "pallets__flask-4045" in str(result.exception)
+
+
+def _bad_input(tmp: Path, case: str) -> list[str]:
+    """The `envfarm harness run` arguments of one kind of bad input (toy rows; nothing needs docker)."""
+    good = {"instance_id": "envfarm-tests__calc-1", "model_name_or_path": "m", "model_patch": PATCHES["gold"]}
+    unknown = {**row("o__unknown-1", "a" * 40), "repo": "o/unknown"}
+    (tmp / "rows.jsonl").write_text(
+        json.dumps(row("envfarm-tests__calc-1", "a" * 40)) + "\n" + json.dumps(unknown)
+    )
+    files = {
+        "preds.json": json.dumps([good, {**good, "instance_id": "o__unknown-1"}]),
+        "torn.json": json.dumps([good])[:-9],
+        "other.json": json.dumps([{**good, "instance_id": "x-1"}]),
+    }
+    for name, text in files.items():
+        (tmp / name).write_text(text)
+    (tmp / "blob.json").write_bytes(b"\x89PNG\r\n\x1a\n\xd0\xff")
+    (tmp / "file").write_text("")
+    specs = write_spec(tmp / "specs").parent
+    ids = ["--instance-ids", "envfarm-tests__calc-1"]
+    preds = str(tmp / "preds.json")
+    args = {
+        "missing instances": ["--instances", str(tmp / "nope.jsonl"), "--predictions", "gold"],
+        "missing predictions": [*ids, "--predictions", str(tmp / "nope.jsonl")],
+        "malformed predictions": [*ids, "--predictions", str(tmp / "torn.json")],
+        "binary predictions": [*ids, "--predictions", str(tmp / "blob.json")],
+        "predictions of other instances": [*ids, "--predictions", str(tmp / "other.json")],
+        "unknown instance id": ["--instance-ids", "envfarm-tests__calc-11", "--predictions", preds],
+        "unknown repo without a spec": ["--predictions", preds, "--specs", str(specs)],
+        "bad run id": [*ids, "--predictions", preds, "--run-id", "a/b"],
+        "repo source not a folder": [*ids, "--predictions", preds, "--repo-source", str(tmp / "file")],
+        "unwritable report dir": [
+            *ids,
+            "--predictions",
+            preds,
+            "--specs",
+            str(specs),
+            "--report-dir",
+            str(tmp / "file" / "r"),
+        ],
+    }[case]
+    if "--instances" not in args:
+        args = ["--instances", str(tmp / "rows.jsonl"), *args]
+    if "--report-dir" not in args:
+        args += ["--report-dir", str(tmp / "out")]
+    return ["harness", "run", "--run-id", "r", *args]
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("missing instances", "does not exist; pass a .json/.jsonl/.parquet/.arrow file"),
+        ("missing predictions", "does not exist; pass a JSON or JSONL file"),
+        ("malformed predictions", "is neither JSON nor JSON lines"),
+        ("binary predictions", "is not UTF-8 text"),
+        ("predictions of other instances", "none of the 1 predictions"),
+        ("unknown instance id", "did you mean 'envfarm-tests__calc-1'"),
+        ("unknown repo without a spec", "write "),
+        ("bad run id", "--run-id: run id 'a/b' must be letters"),
+        ("repo source not a folder", "is not a folder; pass the folder holding"),
+        ("unwritable report dir", "pass a writable --report-dir"),
+    ],
+)
+def test_bad_input_is_one_error_line_with_a_fix_and_exit_2(tmp_path: Path, case: str, message: str) -> None:
+    result = CliRunner().invoke(root, _bad_input(tmp_path, case))
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.output
+    assert not (tmp_path / "out").exists(), "refused before anything ran"
+    if case == "unknown repo without a spec":
+        assert "o__unknown.toml" in lines[0] and "1 of 2 instances" in lines[0]
 
 
 @pytest.mark.docker

@@ -85,6 +85,37 @@ def test_conftest_exploit_is_not_resolved_where_swebench_resolves_it(
     assert reverted.resolved, "findings=[] means the runner already reverted what it found"
 
 
+def test_swebench_log_classification_and_its_environment_tier(toy_instance: Instance, tmp_path: Path) -> None:
+    """A log with no test output: swebench's classify_logs reason and tier carry over (``infra_failure``)."""
+    sw = _swebench.load()
+    spec = sw.types.TestSpec(
+        instance_id=toy_instance.instance_id,
+        image="",
+        eval_script_list=[],
+        repo=toy_instance.repo,
+        version="0.1",
+        FAIL_TO_PASS=list(F2P),
+        PASS_TO_PASS=list(P2P),
+        log_parser="parse_log_pytest",
+        eval_type="pass_and_fail",
+    )
+    pred = {
+        "instance_id": toy_instance.instance_id,
+        "model_name_or_path": "m",
+        "model_patch": PATCHES["gold"],
+    }
+    for text, reason, infra in [
+        ("Killed\n", "out_of_memory", True),
+        ("collected 0 items\nno tests ran\n", "no_tests_collected", False),
+    ]:
+        path = tmp_path / f"{reason}.txt"
+        path.write_text(text)
+        upstream = sw.grading.get_eval_report(spec, pred, str(path), include_tests_status=True)
+        ours = grade(toy_instance, path, model_patch=PATCHES["gold"]).to_swebench()[toy_instance.instance_id]
+        assert (ours["infra_failure"], ours["infra_failure_reason"]) == (infra, reason)
+        assert ours["infra_failure"] == upstream[toy_instance.instance_id]["infra_failure"]
+
+
 def test_empty_and_error_reports_and_json_round_trip(toy_instance: Instance) -> None:
     for patch in (None, "", "  \n"):
         empty = grade(toy_instance, "", model_patch=patch, model_name_or_path="m")
@@ -102,14 +133,12 @@ def test_empty_and_error_reports_and_json_round_trip(toy_instance: Instance) -> 
 
 def test_grading_imports_none_of_swebenchs_heavy_dependencies() -> None:
     code = (
-        "import sys, time\n"
+        "import sys\n"
         "from envfarm.harness import _swebench\n"
-        "t = time.perf_counter(); sw = _swebench.load(); took = time.perf_counter() - t\n"
-        "heavy = ('datasets', 'modal', 'swebench.harness.docker_utils', 'swebench.harness.modal_eval',"
-        " 'swebench.harness.reporting', 'swebench.harness.run_evaluation')\n"
-        "print(took, sorted(m for m in heavy if m in sys.modules), len(sw.log_parsers.PARSER_REGISTRY))\n"
+        "sw = _swebench.load()\n"
+        "heavy = ('datasets', 'modal', 'swebench.harness.docker_utils',"
+        " 'swebench.harness.modal_eval', 'swebench.harness.reporting', 'swebench.harness.run_evaluation')\n"
+        "print(sorted(m for m in heavy if m in sys.modules), len(sw.log_parsers.PARSER_REGISTRY))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    took, rest = out.split(" ", 1)
-    assert rest.startswith("[] ") and int(rest.split()[1]) > 50, rest
-    assert float(took) < 1.5, f"importing swebench's grading modules took {took}s"
+    assert out.startswith("[] ") and int(out.split()[1]) > 50, out  # (bench/, not tests, times imports)

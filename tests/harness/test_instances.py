@@ -102,3 +102,24 @@ def test_predictions_gold_list_dict_jsonl(lite: list[Instance], tmp_path: Path) 
     (tmp_path / "mixed.json").write_text(json.dumps(mixed))
     with pytest.raises(DatasetError, match="mixes models"):
         load_predictions(tmp_path / "mixed.json", rows)
+
+
+def test_predictions_files_that_cannot_be_right_are_clear_errors(tmp_path: Path) -> None:
+    rows = [instance_from_row(row("envfarm-tests__calc-1", "a" * 40))]
+    one = {"instance_id": "envfarm-tests__calc-1", "model_name_or_path": "m", "model_patch": "diff"}
+    (tmp_path / "one.json").write_text(json.dumps(one))
+    assert load_predictions(tmp_path / "one.json", rows)["envfarm-tests__calc-1"].model_patch == "diff"
+    (tmp_path / "other.jsonl").write_text(json.dumps({**one, "instance_id": "envfarm-tests__calc-11"}) + "\n")
+    with pytest.raises(
+        DatasetError, match=r"none of the 1 predictions .* did you mean 'envfarm-tests__calc-1'"
+    ):
+        load_predictions(tmp_path / "other.jsonl", rows)
+    (tmp_path / "binary.json").write_bytes(b"\x89PNG\r\n\x1a\n\xd0\xff")
+    with pytest.raises(DatasetError, match="is not UTF-8 text"):
+        load_predictions(tmp_path / "binary.json", rows)
+    with pytest.raises(DatasetError, match=r"does not exist; pass a JSON or JSONL file .* or `gold`"):
+        load_predictions(tmp_path / "nope.jsonl", rows)
+    with pytest.raises(DatasetError, match="is a folder"):
+        load_predictions(tmp_path, rows)
+    with pytest.raises(DatasetError, match=r"does not exist; pass a \.json/\.jsonl/\.parquet"):
+        load_instances(tmp_path / "nope.parquet")

@@ -79,3 +79,25 @@ def test_summary_has_swebench_keys_and_envfarm_counts(lite: list[Instance], tmp_
     assert json_path == tmp_path / "org__model.r1.json" and json.loads(json_path.read_text())["resolved_ids"]
     md = md_path.read_text()
     assert "Resolved: 1/6 = 16.7%" in md and "95% Wilson interval" in md and "conftest `conftest.py`" in md
+
+
+def test_log_classification_tiers_split_infra_and_ambiguous_like_swebench(lite: list[Instance]) -> None:
+    ids = [i.instance_id for i in lite[:3]]
+    preds = {i: Prediction(i, "m", "diff") for i in ids}
+
+    def unresolved(iid: str, reason: str | None) -> InstanceReport:
+        return InstanceReport(
+            iid, "m", Outcome.UNRESOLVED, ResolutionStatus.NO, True, False, failure_reason=reason
+        )
+
+    reports = {
+        ids[0]: unresolved(ids[0], "out_of_memory"),  # swebench's environment tier
+        ids[1]: unresolved(ids[1], "no_tests_collected"),  # its ambiguous tier
+        ids[2]: unresolved(ids[2], None),
+    }
+    s = summarize(lite[:3], preds, reports, "r", "m")
+    assert s.infra_failure_ids == [ids[0]] and s.ambiguous_failure_ids == [ids[1]]
+    assert s.failure_reasons == {ids[0]: "out_of_memory", ids[1]: "no_tests_collected"}
+    assert s.unresolved_ids == sorted(ids) and s.infra_error_ids == [], "advisory: the verdict stays"
+    assert reports[ids[0]].to_swebench()[ids[0]]["infra_failure"] is True
+    assert reports[ids[1]].to_swebench()[ids[1]]["infra_failure"] is False

@@ -10,7 +10,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from toyrepo import PATCHES, row
+from toyrepo import KEY, PATCHES, row
 
 from envfarm.harness import (
     ErrorKind,
@@ -129,6 +129,24 @@ def test_oom_killed_tests_are_an_infra_error(toy: tuple[Path, str, Path], tmp_pa
     report = result.reports["envfarm-tests__calc-oom"]
     assert report.error_kind is ErrorKind.OOM and report.infra_error and report.attempts == 2
     assert result.summary.infra_failure_ids == ["envfarm-tests__calc-oom"] and not result.summary.timeout_ids
+
+
+def test_a_failing_image_build_is_an_infra_error_retried_once(
+    toy: tuple[Path, str, Path], tmp_path: Path
+) -> None:
+    source, _, specs = toy
+    broken = tmp_path / "specs"
+    broken.mkdir()
+    text = (specs / f"{KEY}.toml").read_text()
+    (broken / f"{KEY}.toml").write_text(text + 'install = ["echo install-broke >&2; false"]\n')
+    events: list[Event] = []
+    result = run((source, toy[1], broken), tmp_path, ("gold",), events)
+    report = result.reports["envfarm-tests__calc-gold"]
+    assert report.error_kind is ErrorKind.BUILD and report.infra_error and report.attempts == 2
+    assert [e.phase for e in events].count("retry") == 1 and "install-broke" in (report.error or "")
+    assert str(broken / f"{KEY}.toml") in (report.error or ""), "the message names the spec to fix"
+    assert "\x1b[" not in (report.error or "")
+    assert result.summary.infra_failure_ids == result.summary.error_ids == ["envfarm-tests__calc-gold"]
 
 
 @pytest.mark.parametrize(
