@@ -33,7 +33,7 @@ from envfarm.rollout.eval import EvalReport, eval_farm, report_run
 from envfarm.rollout.farm import Farm, FarmConfig
 from envfarm.rollout.policies import Policy, make_policy
 from envfarm.rollout.receiver import serve
-from envfarm.rollout.runs import RunSpec
+from envfarm.rollout.runs import RunSpec, read_spec
 from envfarm.rollout.sinks import FileSink, HTTPSink, Sink
 
 from .farm_view import FarmView, summary_table
@@ -76,14 +76,7 @@ def _policy(spec: str, concurrency: int, model: str | None, timeout: float, retr
 
 def _prior(resume: Path | None) -> RunSpec | None:
     """The stored spec of the run being resumed (a clear error when the folder is not a run)."""
-    if resume is None:
-        return None
-    file = resume / "run.json"
-    if not file.exists():
-        raise ConfigError(f"{resume} is not a run folder (no run.json); pass the folder printed when the run "
-                          "started")
-    data = json.loads(file.read_text())
-    return RunSpec(**{k: v for k, v in data.items() if k in RunSpec.__dataclass_fields__})
+    return None if resume is None else read_spec(resume)
 
 
 def _pick(given: T | None, prior: T | None, name: str, default: T | None = None) -> T:
@@ -111,6 +104,13 @@ def _env_kwargs(text: str | None, prior: RunSpec | None) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"--env-kwargs must be a JSON object, got {type(value).__name__}")
     return value
+
+
+def _files(*options: tuple[str, Path | None]) -> None:
+    """ConfigError for an output option that names a folder (found now, not when the run ends)."""
+    for option, path in options:
+        if path is not None and path.is_dir():
+            raise ConfigError(f"{option} {path} is a folder; give a file in it, e.g. {path / 'out.json'}")
 
 
 def _new_run_dir(run_dir: Path | None) -> Path:
@@ -196,6 +196,7 @@ def run_command(
     max_staleness = _option(max_staleness, prior, "max_staleness")
     if learner is None and max_staleness is not None:
         raise ConfigError("--max-staleness compares with the learner's weight version: add --learner URL")
+    _files(("--out", out), ("--summary", summary))
     if out is not None and resume is None and out.exists() and out.stat().st_size:
         raise ConfigError(f"{out} already holds trajectories; continue its run with --resume RUN, or choose "
                           "another --out")
@@ -269,6 +270,7 @@ def eval_command(
 ) -> None:
     """Evaluate a policy on an env: pass@1 and unbiased pass@k with 95% CIs, per-task results; resumable."""
     prior = _prior(resume)
+    _files(("--out", out))
     k = _pick(attempts, prior.attempts if prior else None, "--attempts", 1)
     tasks = _pick(episodes, prior.episodes // prior.attempts if prior else None, "--episodes")
     spec = _pick(policy, prior.policy if prior else None, "--policy")

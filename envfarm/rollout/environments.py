@@ -38,9 +38,18 @@ def env_defaults(env_id: str, env_kwargs: Mapping[str, Any]) -> tuple[str | None
     return image, limits
 
 
-def make_env(env_id: str, backend: str, pool: SandboxPool, env_kwargs: Mapping[str, Any]) -> AgentEnv[Any]:
-    """One env instance that leases from ``pool`` (and never closes it)."""
-    env = gymnasium.make(env_id, backend=backend, pool=pool, **dict(env_kwargs)).unwrapped
+def make_env(env_id: str, backend: str, pool: SandboxPool | None,
+             env_kwargs: Mapping[str, Any]) -> AgentEnv[Any]:
+    """One env instance that leases from ``pool`` (and never closes it). Arguments the env does not take are a
+    ConfigError. With ``pool=None`` nothing starts until ``areset``: the farm makes one that way to check
+    the arguments before it starts anything."""
+    try:
+        made = gymnasium.make(env_id, backend=backend, pool=pool, **dict(env_kwargs))
+    except TypeError as e:  # gymnasium appends "was raised from the environment creator ... with kwargs ..."
+        why = str(e).split(" was raised from the environment creator")[0]
+        raise ConfigError(f"{env_id} does not take the env arguments {dict(env_kwargs)!r}: {why}; fix "
+                          "--env-kwargs") from e
+    env = made.unwrapped
     if not isinstance(env, AgentEnv):
         raise ConfigError(f"{env_id} made a {type(env).__name__}, not an envfarm AgentEnv")
     return env

@@ -12,9 +12,10 @@ counted as failures; a task with fewer than k good attempts is left out of pass@
 
 - pass@k per task is the unbiased estimator of Chen et al. (2021): ``1 - C(n-c, k) / C(n, k)`` for n good
   attempts of which c succeeded; the metric is its mean over tasks.
-- 95% CI: with one attempt per task pass@1 is a binomial proportion and gets the Wilson score interval;
-  otherwise a percentile bootstrap over tasks (10,000 resamples, fixed seed), which respects that attempts at
-  the same task are correlated.
+- 95% CI: when every task's value is 0 or 1 (one attempt per task; pass@k with exactly k attempts; every
+  task all-or-nothing) the metric is a binomial proportion over tasks and gets the Wilson score interval,
+  which never collapses to [1, 1] when every task passes; otherwise a percentile bootstrap over tasks (10,000
+  resamples, fixed seed), which respects that attempts at the same task are correlated.
 
 Env-specific outputs hook in with :func:`register_artifact_writer` (e.g. a SWE-bench predictions file for a
 code-repair env): every writer registered for a prefix of the env id gets the report and the trajectories.
@@ -145,8 +146,8 @@ def evaluate(trajectories: Iterable[Trajectory], attempts: int, success_threshol
     for k in ks:
         have = [r for r in per_task if k in r.pass_at]
         excluded[f"pass@{k}"] = [r.task_id for r in per_task if k not in r.pass_at]
-        binary = all(r.attempts == 1 for r in have)
-        metrics[f"pass@{k}"] = _estimate([r.pass_at[k] for r in have], binary=binary)
+        values = [r.pass_at[k] for r in have]
+        metrics[f"pass@{k}"] = _estimate(values, binary=all(v in (0.0, 1.0) for v in values))
     rewards = [float(np.mean(r.rewards)) for r in per_task if r.rewards]
     metrics["mean_reward"] = _estimate(rewards, binary=False)
     return EvalReport(env_id=env_id, policy=policy, tasks=len(per_task), attempts=attempts,

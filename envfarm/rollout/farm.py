@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from envfarm.errors import ConfigError, FarmError, LearnerUnavailable
-from envfarm.sandbox import Backend, get_backend
+from envfarm.sandbox import BACKENDS, Backend, get_backend
 from envfarm.sandbox.pool import SandboxPool
 
 from .environments import env_defaults, make_env
@@ -97,6 +97,8 @@ class FarmConfig:
             raise ConfigError(f"FarmConfig needs episodes >= 0, concurrency >= 1, attempts >= 1, max_retries "
                               f">= 0; got {self.episodes}, {self.concurrency}, {self.attempts}, "
                               f"{self.max_retries}")
+        if self.backend not in BACKENDS:
+            get_backend(self.backend)  # raises the ConfigError that names the backends
         if self.step_slots is not None and self.step_slots < 1:
             raise ConfigError(f"step_slots must be >= 1 or None, got {self.step_slots}")
         if self.max_staleness is not None and self.max_staleness < 0:
@@ -117,6 +119,7 @@ class Farm:
         if resume and run_dir is None:
             raise ConfigError("resume needs the run_dir of the run to continue")
         self._image, self._limits = env_defaults(config.env_id, config.env_kwargs)  # checks the env id now
+        make_env(config.env_id, config.backend, None, config.env_kwargs)  # and its arguments; starts nothing
         self.config = config
         self.policy = policy
         self.run_dir_path = run_dir
@@ -227,6 +230,8 @@ class Farm:
             backend = get_backend(self.config.backend)
             stack.push_async_callback(backend.aclose)
         await backend.check()
+        stack.push_async_callback(self.policy.aclose)
+        await self.policy.start()  # before any sandbox starts: a server that is down fails the run at once
         c, cfg = self.config.concurrency, self.config
         size = cfg.pool_size if cfg.pool_size is not None else min(c, 32)
         max_live = cfg.max_live if cfg.max_live is not None else c + size + max(8, c // 4)
@@ -237,8 +242,6 @@ class Farm:
             pass
         if cfg.prefill:
             await self._pool.wait_filled()
-        stack.push_async_callback(self.policy.aclose)
-        await self.policy.start()
         if self.config.max_staleness is not None:  # know both versions before the first episode starts
             await self._refresh_learner_version()
 
@@ -249,8 +252,8 @@ class Farm:
         if self.resume:
             folder = await RunDir.load(self.run_dir_path)
             folder.check_matches(self.spec)  # before self.run_dir is set: a refused resume writes nothing
+            done = await folder.finished()  # a damaged spool is refused too
             self.run_dir, self.spec = folder, folder.spec
-            done = await folder.finished()
             for t in done:
                 self.tally.add(t)
             finished = {t.index for t in done}
@@ -396,7 +399,8 @@ class Farm:
         self._summary = self._build_summary()
         if self.run_dir is not None:
             await self.run_dir.write_summary(self._summary.to_dict(), also=self.summary_path)
-        elif self.summary_path is not None:
+        elif self.summary_path is not None and self.run_dir_path is None:
+            # no run folder asked for; one that was refused (taken, damaged) keeps its summaries as they are
             await asyncio.to_thread(_write_text, self.summary_path, _dumps(self._summary.to_dict()))
 
     def _build_summary(self) -> Summary:

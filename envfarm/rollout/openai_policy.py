@@ -29,7 +29,7 @@ import re
 import time
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import aiohttp
 
@@ -47,11 +47,21 @@ FATAL_STATUS = {401: "the server wants an API key (set OPENAI_API_KEY)", 403: "t
 TOKEN_ID = re.compile(r"^token_id:(\d+)$")
 
 
+def check_http_url(url: str, what: str, example: str) -> SplitResult:
+    """``url`` split; else a ConfigError naming ``what``, with ``example``, when it is no http(s) URL."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{what} {url!r} is not an http(s) URL; use e.g. {example}")
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0..65535
+    except ValueError as e:
+        raise ConfigError(f"{what} {url!r}: {e}; use e.g. {example}") from e
+    return parts
+
+
 def normalise_base_url(url: str) -> str:
     """``http://host:port`` → ``http://host:port/v1``; a URL with a path is kept (without trailing slash)."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(f"policy URL {url!r} is not an http(s) URL; use e.g. openai:http://127.0.0.1:8000/v1")
+    parts = check_http_url(url, "policy URL", "openai:http://127.0.0.1:8000/v1")
     path = parts.path.rstrip("/")
     return f"{parts.scheme}://{parts.netloc}{path or '/v1'}"
 
@@ -203,7 +213,9 @@ class OpenAIPolicy(Policy):
                         last = f"HTTP {resp.status}: {tail(text, chars=300)}"
                         self._raise_unretryable(url, resp.status, last)
                         retry_after = _retry_after(resp.headers)
-            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
+            except aiohttp.InvalidURL as e:
+                raise ConfigError(f"policy URL {url!r} is not valid ({e}); check --policy openai:URL") from e
+            except aiohttp.ClientError as e:  # refused, reset, a broken or malformed reply: all worth a retry
                 last = f"{type(e).__name__}: {e}"
             except TimeoutError:
                 last = f"no answer within {self.timeout_s:g}s"
@@ -266,4 +278,5 @@ def _tokens(choice: Mapping[str, Any]) -> tuple[tuple[int, ...] | None, tuple[fl
     return None, logprobs
 
 
-__all__ = ["VERSION_HEADER", "OpenAIPolicy", "normalise_base_url", "parse_version", "version_of"]
+__all__ = ["VERSION_HEADER", "OpenAIPolicy", "check_http_url", "normalise_base_url", "parse_version",
+           "version_of"]

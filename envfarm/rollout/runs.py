@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import uuid
 from collections.abc import Mapping
@@ -27,6 +28,8 @@ from envfarm.errors import ConfigError
 
 from .spool import repair_jsonl
 from .trajectory import Trajectory
+
+log = logging.getLogger(__name__)
 
 RUN_FILE = "run.json"
 IDENTITY = ("env_id", "episodes", "seed", "attempts", "env_kwargs")
@@ -91,13 +94,7 @@ class RunDir:
     @classmethod
     async def load(cls, path: Path) -> RunDir:
         path = Path(path)
-        file = path / RUN_FILE
-        if not await asyncio.to_thread(file.exists):
-            raise ConfigError(f"{path} is not a run folder (no {RUN_FILE}); pass the folder printed when the "
-                              "run started")
-        data = json.loads(await asyncio.to_thread(file.read_text))
-        known = {f.name for f in fields(RunSpec)}
-        return cls(path, RunSpec(**{k: v for k, v in data.items() if k in known}))
+        return cls(path, await asyncio.to_thread(read_spec, path))
 
     def check_matches(self, wanted: RunSpec) -> None:
         """ConfigError naming every identity field where ``wanted`` differs from the stored run."""
@@ -114,7 +111,13 @@ class RunDir:
     async def previous_summary(self) -> dict[str, Any]:
         if not await asyncio.to_thread(self.summary_path.exists):
             return {}
-        return json.loads(await asyncio.to_thread(self.summary_path.read_text))
+        try:
+            data = json.loads(await asyncio.to_thread(self.summary_path.read_text))
+        except (OSError, ValueError) as e:  # only wall_s_total comes from it: start that count again
+            log.warning("%s is unreadable (%s); the total wall time restarts from this run",
+                        self.summary_path, e)
+            return {}
+        return data if isinstance(data, dict) else {}
 
     async def write_summary(self, data: Mapping[str, Any], also: Path | None = None) -> None:
         await asyncio.to_thread(_write_json, self.summary_path, data)
@@ -127,12 +130,36 @@ class RunDir:
             await asyncio.to_thread(_append_text, self.interrupted_path, data)
 
 
+def read_spec(path: Path) -> RunSpec:
+    """The RunSpec stored in run folder ``path``; ConfigError when it is no readable run folder. Blocking."""
+    file = Path(path) / RUN_FILE
+    if not file.is_file():
+        raise ConfigError(f"{path} is not a run folder (no {RUN_FILE}); pass the folder printed when the run "
+                          "started")
+    try:
+        data = json.loads(file.read_text())
+        known = {f.name for f in fields(RunSpec)}
+        return RunSpec(**{k: v for k, v in data.items() if k in known})
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError, AttributeError) as e:
+        raise ConfigError(f"{file} is damaged ({type(e).__name__}: {e}); restore it, or start a new run "
+                          "without --resume") from e
+
+
 def _read_trajectories(path: Path) -> list[Trajectory]:
     if not path.exists():
         return []
     repair_jsonl(path)
+    out = []
     with path.open("rb") as f:
-        return [Trajectory.from_json(line) for line in f if line.strip()]
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(Trajectory.from_json(line))
+            except (ValueError, TypeError, KeyError, AttributeError) as e:  # JSONDecodeError is a ValueError
+                raise ConfigError(f"{path} line {n} is not a trajectory ({type(e).__name__}: {e}); the "
+                                  "spool was edited or damaged: restore it, or start a new run") from e
+    return out
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -147,4 +174,4 @@ def _append_text(path: Path, text: str) -> None:
         f.write(text)
 
 
-__all__ = ["IDENTITY", "RunDir", "RunSpec"]
+__all__ = ["IDENTITY", "RunDir", "RunSpec", "read_spec"]

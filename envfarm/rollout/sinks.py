@@ -27,7 +27,7 @@ import aiohttp
 
 from envfarm.errors import ConfigError, RolloutError, tail
 
-from .openai_policy import parse_version
+from .openai_policy import check_http_url, parse_version
 from .spool import Cursor, Spool, repair_jsonl
 from .trajectory import WeightVersion
 
@@ -88,14 +88,14 @@ class FileSink(Sink):
             return {json.loads(line)["episode_id"] for line in f if line.strip()}
 
     async def send(self, lines: list[bytes]) -> None:
-        fresh = []
+        fresh: dict[str, bytes] = {}
         for line in lines:
             eid = json.loads(line)["episode_id"]
             if eid not in self._seen:
-                self._seen.add(eid)
-                fresh.append(line)
+                fresh.setdefault(eid, line)
         if fresh:
-            await asyncio.to_thread(self._append, b"".join(x + b"\n" for x in fresh))
+            await asyncio.to_thread(self._append, b"".join(x + b"\n" for x in fresh.values()))
+        self._seen.update(fresh)  # only once written: a failed write is retried with the same lines
 
     def _append(self, data: bytes) -> None:
         with self.path.open("ab") as f:
@@ -111,8 +111,7 @@ class HTTPSink(Sink):
 
     def __init__(self, url: str, max_backlog: int = 256, timeout_s: float = 30.0, backoff_s: float = 0.2,
                  backoff_max_s: float = 5.0) -> None:
-        if not url.startswith(("http://", "https://")):
-            raise ConfigError(f"learner URL {url!r} is not an http(s) URL; e.g. --learner http://127.0.0.1:8100")
+        check_http_url(url, "learner URL", "--learner http://127.0.0.1:8100")
         if max_backlog < 1:
             raise ConfigError(f"learner max_backlog must be >= 1, got {max_backlog}")
         self.url = url.rstrip("/")

@@ -45,6 +45,13 @@ def repair_jsonl(path: Path) -> tuple[int, int]:
     return end, data.count(b"\n", 0, end)
 
 
+def _prepare(path: Path) -> tuple[int, int]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    size_count = repair_jsonl(path)
+    path.touch()
+    return size_count
+
+
 @dataclass
 class _Pending:
     line: bytes
@@ -68,9 +75,7 @@ class Spool:
         self._closed = False
 
     async def open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.size, self.count = await asyncio.to_thread(repair_jsonl, self.path)
-        await asyncio.to_thread(self.path.touch)
+        self.size, self.count = await asyncio.to_thread(_prepare, self.path)
         self._writer = asyncio.create_task(self._write_loop(), name=f"spool writer {self.path}")
 
     async def append(self, line: str) -> None:

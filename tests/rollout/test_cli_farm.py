@@ -110,6 +110,42 @@ def test_bad_options_name_the_fix(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "is not a run folder" in res.output, res.output
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (["--policy", "openai:http://127.0.0.1:99999/v1"], "Port out of range"),
+    (["--policy", "openai:http://127.0.0.1:abc/v1"], "use e.g. openai:http://127.0.0.1:8000/v1"),
+    (["--policy", "oracle", "--learner", "http://127.0.0.1:nope"], "use e.g. --learner http://127.0.0.1:8100"),
+    (["--policy", "oracle", "--env-kwargs", '{"bogus": 1}'], "argument 'bogus'; fix --env-kwargs"),
+    (["--policy", "oracle", "--backend", "bwrp"], "did you mean 'bwrap'"),
+    (["--policy", "oracle", "--out", "."], "is a folder; give a file in it"),
+])
+def test_bad_input_is_one_error_line_before_anything_starts(tmp_path: Path, args: list[str],
+                                                             message: str) -> None:
+    from typer.testing import CliRunner
+
+    from envfarm.cli import app
+
+    run = tmp_path / "run"
+    res = CliRunner().invoke(app, ["farm", "run", *ENV, "--episodes", "2", *args, "--run-dir", str(run),
+                                   "--quiet"])
+    assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+    assert not run.exists()  # refused before the run folder was made
+
+
+@pytest.mark.parametrize("command", ["farm run", "eval"])
+def test_a_damaged_run_folder_is_a_clear_error(tmp_path: Path, command: str) -> None:
+    from typer.testing import CliRunner
+
+    from envfarm.cli import app
+
+    (tmp_path / "run.json").write_text("{not json")
+    res = CliRunner().invoke(app, [*command.split(), "--resume", str(tmp_path), "--quiet"])
+    assert res.exit_code == 2 and "run.json is damaged" in res.output, res.output
+    (tmp_path / "run.json").write_text('{"env_id": "envfarm/ToolCalc-v0"}')
+    res = CliRunner().invoke(app, [*command.split(), "--resume", str(tmp_path), "--quiet"])
+    assert res.exit_code == 2 and "missing 1 required positional argument" in res.output, res.output
+
+
 async def test_eval_command(tmp_path: Path) -> None:
     run, report = tmp_path / "run", tmp_path / "eval.json"
     proc = await envfarm("eval", *ENV, "--policy", "oracle", "--episodes", "4", "--attempts", "2",

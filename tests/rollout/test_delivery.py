@@ -51,6 +51,27 @@ async def test_file_sink_writes_each_episode_once(tmp_path: Path) -> None:
     assert [r["index"] for r in read_jsonl(out)] == [0, 1, 2, 3, 4]
 
 
+async def test_file_sink_writes_lines_again_after_a_failed_write(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "out.jsonl"
+    sink = FileSink(out)
+    await sink.open()
+    real, calls = FileSink._append, []
+
+    def full_once(self: FileSink, data: bytes) -> None:
+        calls.append(data)
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device")
+        real(self, data)
+
+    monkeypatch.setattr(FileSink, "_append", full_once)
+    batch = [line(i).encode() for i in range(3)]
+    with pytest.raises(OSError, match="No space"):
+        await sink.send(batch)
+    await sink.send(batch)  # what Delivery does after a failure
+    assert [r["index"] for r in read_jsonl(out)] == [0, 1, 2]
+
+
 async def test_receiver_dedups_across_restarts(tmp_path: Path) -> None:
     store = tmp_path / "received.jsonl"
     body = "".join(line(i) + "\n" for i in (0, 1, 1, 2)).encode()

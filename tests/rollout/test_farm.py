@@ -130,6 +130,23 @@ async def test_resume_runs_each_episode_once(tmp_path: Path) -> None:
 
 
 @pytest.mark.bwrap
+async def test_a_refused_run_folder_keeps_its_files(tmp_path: Path) -> None:
+    run, summary = tmp_path / "run", tmp_path / "summary.json"
+    await collect(Farm(config(3, 3), make_policy("oracle"), run_dir=run, summary_path=summary))
+    before = {p: p.read_bytes() for p in (summary, run / "summary.json", run / "spool.jsonl")}
+    with pytest.raises(ConfigError, match="already holds a run; continue it with --resume"):
+        await collect(Farm(config(3, 3), make_policy("oracle"), run_dir=run, summary_path=summary))
+    lines = (run / "spool.jsonl").read_text().splitlines()
+    (run / "spool.jsonl").write_text("\n".join([lines[0], "garbage{", lines[2]]) + "\n")
+    before[run / "spool.jsonl"] = (run / "spool.jsonl").read_bytes()
+    farm = Farm(config(3, 3), make_policy("oracle"), run_dir=run, resume=True, summary_path=summary)
+    with pytest.raises(ConfigError, match=r"spool\.jsonl line 2 is not a trajectory"):
+        await collect(farm)
+    assert farm.run_dir is None
+    assert {p: p.read_bytes() for p in before} == before
+
+
+@pytest.mark.bwrap
 async def test_slow_learner_applies_backpressure(tmp_path: Path) -> None:
     async def slow_ingest(record: dict[str, Any]) -> None:
         await asyncio.sleep(0.05)

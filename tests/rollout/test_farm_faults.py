@@ -49,6 +49,21 @@ class KillingOracle(OraclePolicy):
         return await super().act(view)
 
 
+class FreezingOracle(OraclePolicy):
+    """The oracle, but it SIGSTOPs every process of the episode's sandbox before its first action,
+    ``freezes[seed]`` times for that seed: the tool call then hangs (a wedged sandbox)."""
+
+    def __init__(self, freezes: dict[int, int]) -> None:
+        self.freezes = dict(freezes)
+
+    async def act(self, view: EpisodeView) -> Reply:
+        if view.step == 0 and self.freezes.get(view.seed, 0) > 0:
+            self.freezes[view.seed] -= 1
+            for pid in view.env.sandbox._handle.cgroup.pids():  # type: ignore[union-attr]
+                os.kill(pid, signal.SIGSTOP)
+        return await super().act(view)
+
+
 def bwrap_children() -> list[int]:
     """Host pids of the bwrap processes this test process started (its sandboxes)."""
     me, out = str(os.getpid()), []
@@ -76,6 +91,21 @@ async def test_killed_sandboxes_are_retried_once_then_recorded(tmp_path: Path) -
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert (summary["infra_errors"], summary["infra_retries"], summary["episodes_failed"]) == (1, 3, 1)
     assert summary["mean_reward"] == 1.0  # the infra error is not a 0 in the mean
+
+
+async def test_hung_sandboxes_time_out_are_retried_once_then_recorded(tmp_path: Path) -> None:
+    # 6 s: far past a normal episode (even on a loaded machine), well before the frozen calc's own 5 s + grace
+    farm = Farm(config(6, 3, episode_timeout_s=6.0, prefill=True), FreezingOracle({0: 1, 1: 2}),
+                run_dir=tmp_path / "run")
+    trajs = {t.seed: t async for t in farm.run()}
+    assert len(trajs) == 6
+    assert trajs[0].status == "completed" and trajs[0].retries == 1 and trajs[0].reward == 1.0
+    assert trajs[1].status == "infra_error" and trajs[1].retries == 1 and trajs[1].reward == 0.0
+    assert "ran past its 6s limit" in (trajs[1].infra_error or "")
+    assert all(trajs[s].status == "completed" and trajs[s].retries == 0 for s in range(2, 6))
+    s = farm.summary()
+    assert (s.infra_errors, s.infra_retries, s.episodes_failed, s.mean_reward) == (1, 2, 1, 1.0)
+    assert farm._pool is not None and farm._pool.backend.live == 0 and not bwrap_children()  # frozen ones too
 
 
 async def test_sandboxes_killed_at_random_never_give_a_silent_zero(tmp_path: Path) -> None:
@@ -131,6 +161,17 @@ async def test_policy_server_down_stops_the_run_and_records_in_flight(stub: Stub
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["stopped"] == s.stopped
 
 
+async def test_a_policy_server_that_is_down_at_start_starts_no_sandbox(tmp_path: Path) -> None:
+    policy = OpenAIPolicy(f"http://127.0.0.1:{free_port()}/v1", max_retries=1, backoff_s=0.01)
+    farm = Farm(config(4, 4), policy, run_dir=tmp_path / "run")
+    with pytest.raises(PolicyUnavailable, match="failed 2 times"):
+        async for _ in farm.run():
+            pass
+    assert farm._pool is None and not bwrap_children()
+    s = farm.summary()
+    assert s.stopped is not None and s.stopped.startswith("PolicyUnavailable") and s.episodes_remaining == 4
+
+
 async def test_learner_killed_and_restarted_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     port, store = free_port(), tmp_path / "received.jsonl"
 
@@ -147,12 +188,13 @@ async def test_learner_killed_and_restarted_loses_and_duplicates_nothing(tmp_pat
     sink = HTTPSink(f"http://127.0.0.1:{port}", max_backlog=8, backoff_s=0.05, backoff_max_s=0.3)
     farm = Farm(config(40, 4), OraclePolicy(), run_dir=tmp_path / "run",
                 sinks=[sink, FileSink(tmp_path / "out.jsonl")])
-    restarted = False
+    restarted, finished_at_kill = False, -1
 
     async def chaos() -> None:
-        nonlocal receiver, restarted
+        nonlocal receiver, restarted, finished_at_kill
         while len(read_jsonl(store)) < 8:  # noqa: ASYNC110 - polling a file another process writes
             await asyncio.sleep(0.02)
+        finished_at_kill = farm.tally.finished
         receiver.kill()  # SIGKILL: no goodbye
         await receiver.wait()
         await asyncio.sleep(0.8)
@@ -169,6 +211,7 @@ async def test_learner_killed_and_restarted_loses_and_duplicates_nothing(tmp_pat
         receiver.kill()
         await receiver.wait()
     assert restarted and len(trajs) == 40
+    assert 8 <= finished_at_kill < 40  # the learner died mid-run, not after it
     ids = [r["episode_id"] for r in read_jsonl(store)]
     assert len(ids) == 40 and len(set(ids)) == 40
     assert sorted(ids) == sorted(t.episode_id for t in trajs)

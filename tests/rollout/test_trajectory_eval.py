@@ -91,8 +91,18 @@ def test_evaluate_per_task_and_leaves_out_infra_errors() -> None:
     assert math.isclose(report.metrics["pass@1"].value, (1 + 1 / 3 + 0) / 3)
     assert math.isclose(report.metrics["pass@3"].value, 2 / 3)
     assert report.metrics["pass@1"].method == "bootstrap"
+    assert report.metrics["pass@3"].method == "wilson"  # n = k attempts: each task passes or not
     one = evaluate([make_traj(i, i, float(i % 2)) for i in range(10)], attempts=1)
     assert one.metrics["pass@1"].method == "wilson" and one.metrics["pass@1"].value == 0.5
+
+
+def test_all_passing_tasks_get_an_interval_below_one() -> None:
+    trajs = [make_traj(seed * 2 + a, seed, 1.0) for seed in range(30) for a in range(2)]
+    report = evaluate(trajs, attempts=2)
+    for name in ("pass@1", "pass@2"):
+        est = report.metrics[name]
+        assert est.value == 1.0 and est.method == "wilson"
+        assert 0.85 < est.low < 0.9 and est.high == pytest.approx(1.0)  # 30 of 30: not a certainty
 
 
 def test_tasks_without_enough_attempts_are_listed() -> None:
