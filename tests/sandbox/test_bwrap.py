@@ -23,32 +23,15 @@ from envfarm.sandbox.base import Limits
 from envfarm.sandbox.bwrap import DEFAULT_HOST_UID, BwrapBackend, BwrapHandle, check_rootfs
 from envfarm.sandbox.cgroups import Cgroup, CgroupTree, cgroup_name
 
-SCRATCH_ROOTFS = Path("/var/tmp/scratch/rootfs")
-
-
-def _find_rootfs() -> Path | None:
-    """The base rootfs from the image code, else the scratch copy, else None."""
-    try:
-        from envfarm.sandbox.images import rootfs_for
-
-        return check_rootfs(Path(rootfs_for(None)), DEFAULT_HOST_UID)
-    except Exception:  # missing module, not built yet, or not usable by bwrap: fall back to the scratch copy
-        pass
-    if (SCRATCH_ROOTFS / "usr" / "bin").is_dir():
-        (SCRATCH_ROOTFS / "workspace").mkdir(exist_ok=True)  # scratch copy only: the mount point
-        return SCRATCH_ROOTFS
-    return None
-
 
 @pytest.fixture(scope="module")
 def rootfs() -> Path:
-    path = _find_rootfs()
-    if path is None:
-        pytest.skip("no bwrap rootfs: run `make setup`")
-    try:
-        asyncio.run(BwrapBackend(rootfs=path).check())
-    except BackendUnavailable as e:
-        pytest.skip(str(e))
+    """The base rootfs that `make setup` builds. Missing or unusable is a failure, never a skip: `make test`
+    runs setup first, so a skip here would hide a broken install."""
+    from envfarm.sandbox.images import rootfs_for
+
+    path = check_rootfs(Path(rootfs_for(None)), DEFAULT_HOST_UID)
+    asyncio.run(BwrapBackend(rootfs=path).check())
     return path
 
 

@@ -77,7 +77,7 @@ class FakeBackend(Backend):
         self.calls: list[bool] = []
 
     async def _open(self, spec: Any) -> Any:
-        raise NotImplementedError
+        raise AssertionError("the gc/ls commands must never start a sandbox")
 
     async def check(self) -> None:
         if self.check_error:
