@@ -37,7 +37,7 @@ from envfarm.errors import ImageError
 from envfarm.sandbox import dockerutil, imagebuild, images, rootfs
 from envfarm.sandbox.recipes import BUILDER_VERSION, content_hash, load_base_recipe
 
-from . import repos
+from . import repos, upstream_specs
 from .specs import EnvSpec, Plan
 
 log = logging.getLogger(__name__)
@@ -152,6 +152,8 @@ def instance_hash(env_hash: str, plan: Plan) -> str:
 def build_env(env: EnvSpec, force: bool = False) -> tuple[BuiltImage, str]:
     """Build (or find) the env image of ``env``; returns it and its hash. Blocking."""
     start = time.monotonic()
+    base_recipe = load_base_recipe()
+    upstream_specs.check_buildable(env, base_recipe.suite, base_recipe.python)  # a derived spec's suite
     base = images.build_base()
     with tempfile.TemporaryDirectory(prefix="envfarm-env-") as tmp:
         folder = Path(tmp)

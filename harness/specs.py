@@ -11,6 +11,8 @@ A spec file is TOML, one per repository, named like SWE-bench's instance prefix:
 
 Built-in specs live in ``images/swebench/``; ``--specs DIR|FILE`` adds others (searched first; a repo found
 there replaces the built-in file). Without a ``[versions]`` table the defaults cover every version.
+``repo`` may be a glob (``repo = "envfarm/*"``: one spec for a family of repos); a file naming the repo
+exactly wins over any pattern, and among patterns the first file searched wins.
 
 What is derived instead of written: the test command (the v5 ``eval_script`` lines between its
 ``>>>>> Start Test Output`` / ``>>>>> End Test Output`` markers), its ``export`` lines, the test files (the
@@ -20,6 +22,7 @@ derived command; the test files (or Django module labels, ``directives = "django
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import shlex
 import tomllib
@@ -90,7 +93,7 @@ class SpecFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     repo: str
-    """``owner/name``; the file is named ``owner__name.toml``."""
+    """``owner/name``; the file is named ``owner__name.toml``. A glob (``owner/*``) covers many repos."""
     defaults: SpecTable = SpecTable()
     """Fields shared by every version."""
     versions: dict[str, SpecTable] | None = None
@@ -153,8 +156,14 @@ class SpecCatalog:
     def env(self, repo: str, version: str, instance_id: str = "") -> EnvSpec:
         """The spec of ``repo`` at ``version``; SpecNotFound names the file and table to write."""
         who = f" (instance {instance_id})" if instance_id else ""
-        found = self.files.get(repo)
+        found = self.files.get(repo) or next(
+            (f for pattern, f in self.files.items() if fnmatch.fnmatchcase(repo, pattern)), None
+        )
         if found is None:
+            from .upstream_specs import derive  # no spec file: swebench's table or envfarm's FACTS
+
+            if (derived := derive(repo, version)) is not None:
+                return derived
             raise SpecNotFound(
                 f"no environment spec for {repo} {version}{who}: write {spec_path(repo, self.builtin)} "
                 f'with repo = "{repo}" and a [versions."{version}"] table (python, packages, install; '

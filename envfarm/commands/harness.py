@@ -16,7 +16,7 @@ from rich.table import Table
 from envfarm.errors import ConfigError, SpecNotFound
 
 if TYPE_CHECKING:
-    from envfarm.harness import Instance, RunReport
+    from envfarm.harness import Instance, Plan, RunReport
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -221,10 +221,35 @@ def plan(
                 "[yellow]needs a spec[/yellow]",
             )
     console.print(table)
+    console.print(_repo_table(plans))
     missing = sorted({(i.repo, i.version) for i in rows if i.instance_id in errors})
     console.print(f"{len(plans)} ready, {len(errors)} need a spec ({len(missing)} repo/versions)")
     for iid in list(errors)[:3]:
         console.print(f"  [dim]{escape(str(errors[iid]))}[/dim]")
+
+
+def _repo_table(plans: list[Plan]) -> Table:
+    """One line per repo/version of the planned rows: Python, Debian suite and where the spec came from."""
+    from envfarm.sandbox.recipes import load_base_recipe
+
+    base = load_base_recipe().suite
+    groups: dict[tuple[str, str], list[Plan]] = {}
+    for p in plans:
+        groups.setdefault((p.instance.repo, p.instance.version), []).append(p)
+    table = Table("repo", "version", "rows", "python", "suite", "spec", title="environments per repo/version")
+    for (repo, version), group in sorted(groups.items()):
+        env = group[0].env
+        needs = getattr(env, "requires_python", env.python)
+        table.add_row(
+            repo,
+            version,
+            str(len(group)),
+            env.python if needs == env.python else f"{needs}->{env.python}*",
+            getattr(env, "suite", base),
+            "derived" if hasattr(env, "origin") else escape(env.source.name),
+        )
+    table.caption = "*SWE-bench's Python, which no Debian suite ships: the nearest suite's is planned"
+    return table
 
 
 @images_app.command("list")

@@ -14,7 +14,7 @@ from envfarm.commands.harness import app
 from envfarm.errors import DatasetError
 
 
-def test_plan_lists_ready_rows_and_the_specs_to_write() -> None:
+def test_plan_lists_ready_rows_and_the_specs_to_write(tmp_path: Path) -> None:
     if not (LITE / "test.parquet").is_file():
         pytest.skip("SWE-bench Lite is not available")
     ids = ["pallets__flask-4045", "django__django-10914"]
@@ -22,9 +22,30 @@ def test_plan_lists_ready_rows_and_the_specs_to_write() -> None:
         app, ["plan", "--instances", str(LITE / "test.parquet"), "--instance-ids", *ids]
     )
     assert result.exit_code == 0, result.output
-    assert "1 ready, 1 need a spec" in result.output and "django__django.toml" in result.output.replace(
-        "\n", ""
-    )
+    assert "2 ready, 0 need a spec" in result.output
+    unknown = {**row("o__unknown-1", "a" * 40), "repo": "o/unknown"}
+    (tmp_path / "rows.jsonl").write_text(json.dumps(unknown) + "\n")
+    result = CliRunner().invoke(app, ["plan", "--instances", str(tmp_path / "rows.jsonl")])
+    assert result.exit_code == 0, result.output
+    assert "0 ready, 1 need a spec" in result.output and "o__unknown.toml" in result.output.replace("\n", "")
+
+
+def test_plan_of_every_lite_row_has_a_per_repo_table() -> None:
+    if not (LITE / "test.parquet").is_file():
+        pytest.skip("SWE-bench Lite is not available")
+    result = CliRunner().invoke(app, ["plan", "--instances", str(LITE / "test.parquet")])
+    assert result.exit_code == 0, result.output
+    assert "300 ready, 0 need a spec (0 repo/versions)" in result.output
+    table = result.output[result.output.index("environments per repo/version") :]
+    header = next(line for line in table.splitlines() if "repo" in line and "suite" in line)
+    assert [c.strip() for c in header.strip("┃ ").split("┃")] == "repo version rows python suite spec".split()
+    cells = [line.strip("│ ").split("│") for line in table.splitlines() if "│" in line]
+    lines = {tuple(c.strip() for c in cell) for cell in cells}
+    assert ("django/django", "3.1", "21", "3.6->3.9*", "bullseye", "derived") in lines
+    assert ("django/django", "5.0", "9", "3.11", "bookworm", "derived") in lines
+    assert any(line[:2] == ("pallets/flask", "2.3") and line[4] == "bookworm" for line in lines)
+    rows = sum(int(line[2]) for line in lines if len(line) == 6 and line[2].isdigit())
+    assert rows == 300
 
 
 def test_unknown_instance_id_is_an_error_with_a_hint() -> None:

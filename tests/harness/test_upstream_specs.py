@@ -1,0 +1,108 @@
+"""Environment specs derived for repos without a spec file (harness/upstream_specs.py)."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+
+import pytest
+
+from envfarm.errors import ImageBuildError, SpecNotFound
+from envfarm.harness import Instance, SpecCatalog, _swebench, plan_all
+from envfarm.harness.upstream_specs import (
+    FACTS,
+    DerivedEnvSpec,
+    check_buildable,
+    derive,
+    offline_install,
+    suite_for,
+)
+
+
+def _eval_script_install(script: str) -> str:
+    """The pip install line of a v5 eval_script (after the diff of the base commit, before the resets)."""
+    lines = script.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("git -c core.fileMode=false diff"))
+    return next(line for line in lines[start:] if line.startswith("python -m pip install"))
+
+
+def test_lite_rows_plan_with_a_python_a_suite_and_the_rows_install(lite: list[Instance]) -> None:
+    plans, errors = plan_all(lite, SpecCatalog())
+    assert not errors
+    per_suite = collections.Counter()
+    for plan in plans:
+        env = plan.env
+        if not isinstance(env, DerivedEnvSpec):
+            continue
+        assert env.origin == "envfarm FACTS" and env.source.name == "upstream_specs.py"
+        assert (env.suite, env.python) in {("bullseye", "3.9"), ("bookworm", "3.11"), ("trixie", "3.13")}
+        assert bool(env.note) == (env.requires_python != env.python), env
+        assert env.install == (offline_install(_eval_script_install(plan.instance.eval_script)),)
+        assert {"setuptools", "wheel"} <= set(env.packages)
+        per_suite[(env.requires_python, env.suite)] += 1
+    assert per_suite == {
+        ("3.9", "bullseye"): 164,
+        ("3.6", "bullseye"): 77,
+        ("3.11", "bookworm"): 31,
+        ("3.8", "bullseye"): 20,
+        ("3.10", "bullseye"): 5,
+    }
+
+
+def test_overrides_win_over_derived_specs(lite: list[Instance], tmp_path: Path) -> None:
+    flask = SpecCatalog().env("pallets/flask", "2.0")
+    assert not isinstance(flask, DerivedEnvSpec) and flask.source.name == "pallets__flask.toml"
+    assert derive("pallets/flask", "2.0") is not None, "swebench knows flask too; the file still wins"
+    (tmp_path / "sympy.toml").write_text('repo = "sympy/sympy"\n[defaults]\npackages = ["mpmath==1.3.0"]\n')
+    sympy = next(i for i in lite if i.repo == "sympy/sympy")
+    plan = SpecCatalog([tmp_path]).plan(sympy)
+    assert not isinstance(plan.env, DerivedEnvSpec) and plan.env.packages == ("mpmath==1.3.0",)
+    assert isinstance(SpecCatalog().plan(sympy).env, DerivedEnvSpec)
+
+
+def test_unknown_repo_still_names_the_spec_to_write() -> None:
+    assert derive("o/unknown", "1.0") is None
+    with pytest.raises(SpecNotFound, match=r'images/swebench/o__unknown.toml with repo = "o/unknown" and a'):
+        SpecCatalog().env("o/unknown", "1.0", "o__unknown-1")
+
+
+def test_suites_and_nearest_suite() -> None:
+    assert suite_for("3.11").name == "bookworm" and not suite_for("3.11").note
+    assert suite_for("3.13").name == "trixie" and suite_for("3.9").name == "bullseye"
+    old = suite_for("3.6")
+    assert (old.name, old.python) == ("bullseye", "3.9") and "3.6" in old.note and "bullseye" in old.note
+    assert suite_for("3.12").name == "bookworm" and suite_for("3.10").name == "bullseye"  # ties: older
+    assert FACTS["django/django"].python_for("3.0") == "3.6"
+    assert FACTS["django/django"].python_for("5.2") == "3.11"
+    assert FACTS["astropy/astropy"].python_for("v5.3") == "3.10"
+
+
+def test_a_python_the_base_image_lacks_fails_at_build_time_naming_the_fix() -> None:
+    env = derive("django/django", "3.0")
+    assert env is not None and env.python == "3.9" and env.requires_python == "3.6"
+    with pytest.raises(ImageBuildError, match=r"needs Python 3.9 \(Debian bullseye\).*django__django.toml"):
+        check_buildable(env, "bookworm", "3.11")
+    check_buildable(env, "bullseye", "3.9")
+    new = derive("django/django", "5.0")
+    assert new is not None and new.python == "3.11"
+    check_buildable(new, "bookworm", "3.11")
+
+
+def test_swebench_table_is_used_when_the_installed_swebench_has_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    entry = {
+        "python": "3.6",
+        "packages": "numpy scipy",
+        "pip_packages": ["cython", "numpy==1.19.2"],
+        "install": "python -m pip install -e .",
+        "pre_install": ["sed -i 's/a/b/' setup.cfg", "apt-get update && apt-get install -y locales"],
+    }
+    table = {"o/table": {"1.0": entry}, "o/reqs": {"2.0": {"packages": "requirements.txt"}}}
+    monkeypatch.setattr(_swebench.load().constants, "MAP_REPO_VERSION_TO_SPECS", table, raising=False)
+    env = derive("o/table", "1.0")
+    assert env is not None and env.origin.endswith("MAP_REPO_VERSION_TO_SPECS")
+    assert env.packages == ("setuptools", "wheel", "cython", "numpy==1.19.2", "numpy", "scipy")
+    assert env.install == ("sed -i 's/a/b/' setup.cfg", "python -m pip install --no-build-isolation -e .")
+    assert (env.requires_python, env.suite) == ("3.6", "bullseye") and "apt-get" in env.note
+    reqs = derive("o/reqs", "2.0")
+    assert reqs is not None and reqs.python == "3.9" and "requirements" in reqs.install[0]
+    assert derive("o/table", "9.9") is None
