@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -314,10 +315,11 @@ class Backend(ABC):
         return 0
 
     def _new_id(self) -> str:
+        """Unique per host: run id, pid (forked workers share the run id and a copy of the counter), count."""
         from envfarm.config import run_id
 
         self._counter += 1
-        return f"{run_id()}-{self._counter:05d}"
+        return f"{run_id()}-{os.getpid():x}-{self._counter:05d}"
 
     async def start(
         self, image: str | None = None, limits: Limits | None = None, labels: Mapping[str, str] | None = None

@@ -117,3 +117,22 @@ async def test_calls_are_serialised_and_cancellation_recovers(any_backend: Backe
         assert (await sb.exec("echo next")).stdout == "next\n"
         assert time.perf_counter() - t0 < 5, "a cancelled command must be killed, not waited for"
         assert sb.alive
+
+
+async def test_sandbox_ids_differ_across_forked_processes() -> None:
+    """Forked workers (AsyncVectorEnv, multiprocessing) share the run id and a copy of the counter."""
+    import multiprocessing
+
+    from envfarm.config import run_id
+    from envfarm.sandbox import get_backend
+
+    run_id()  # cached before the fork, as in a real parent that already started sandboxes
+    backend = get_backend("local")
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(2) as pool:
+        ids = pool.map(_first_id, [backend, backend])
+    assert len(set(ids)) == 2, ids
+
+
+def _first_id(backend: Backend) -> str:
+    return backend._new_id()
