@@ -19,6 +19,8 @@ BUILTIN = {
                            "Reach a target filesystem state with a shell tool; the state is verified"),
     "envfarm/OrderDesk-v0": ("envfarm.envs.tool_use.orderdesk:OrderDeskEnv",
                              "Customer-service desk: look up and modify orders under written policy rules"),
+    "envfarm/CodeRepair-v0": ("envfarm.envs.code_repair.env:CodeRepairEnv",
+                              "Fix a reported bug in a real repository; graded by the SWE-bench harness"),
 }
 
 

@@ -1,0 +1,4 @@
+"""A small exact Matrix class (entries are fractions.Fraction)."""
+from .core import Matrix, MatrixError, SingularMatrixError
+
+__all__ = ["Matrix", "MatrixError", "SingularMatrixError"]
