@@ -39,7 +39,7 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from envfarm.errors import SandboxError
-from envfarm.sandbox import Limits, Sandbox, get_backend
+from envfarm.sandbox import ExecResult, Limits, Sandbox, get_backend
 from envfarm.sandbox.pool import SandboxPool
 
 from .actions import FORMAT_HELP, ActionError, parse_action
@@ -103,6 +103,31 @@ def truncate(text: str, limit: int, hint: str = "") -> str:
         return text
     note = f"\n[... {len(text) - limit} more characters truncated{'; ' + hint if hint else ''}]"
     return text[: max(0, limit - len(note))] + note
+
+
+def tail_cut(text: str, limit: int, hint: str) -> str:
+    """``text``'s last ``limit`` characters with a note in front (test summaries are at the end)."""
+    if len(text) <= limit:
+        return text
+    return f"[... {len(text) - limit} earlier characters truncated; {hint}]\n" + text[-limit:]
+
+
+def command_output(res: ExecResult, timeout: float, hint: str, limit: int, keep_tail: bool = False) -> str:
+    """A command's result for the agent: stdout, stderr (half the room), and how it ended.
+
+    Output past ``limit`` characters is cut with a note built from ``hint`` (how to see more); with
+    ``keep_tail`` the end is kept instead of the start."""
+    cut = tail_cut if keep_tail else truncate
+    parts = [cut(res.stdout.rstrip("\n"), limit, hint)] if res.stdout else []
+    if res.stderr:
+        parts.append("[stderr]\n" + cut(res.stderr.rstrip("\n"), limit // 2, hint))
+    if res.timed_out:
+        parts.append(f"[killed: the command ran longer than {timeout:g} s]")
+    elif res.exit_code != 0:
+        parts.append(f"[exit code {res.exit_code}]")
+    if res.truncated:
+        parts.append("[output beyond the sandbox's capture limit was dropped]")
+    return "\n".join(parts) or "(no output)"
 
 
 class AgentEnv(gymnasium.Env[str, str], Generic[TaskT], metaclass=ABCMeta):

@@ -12,7 +12,7 @@ from envfarm.harness.grading import InstanceReport, Outcome
 from envfarm.harness.images import WORKDIR
 from envfarm.sandbox import ExecResult, Sandbox
 
-from ..core import truncate
+from ..core import command_output, truncate
 
 MAX_OUTPUT_CHARS = 8000
 MAX_VIEW_CHARS = 12000
@@ -72,26 +72,9 @@ def resolve(path: str) -> str:
     return posixpath.normpath(path if path.startswith("/") else posixpath.join(WORKDIR, path))
 
 
-def tail_cut(text: str, limit: int, hint: str) -> str:
-    """``text``'s last ``limit`` characters with a note in front (test summaries are at the end)."""
-    if len(text) <= limit:
-        return text
-    return f"[... {len(text) - limit} earlier characters truncated; {hint}]\n" + text[-limit:]
-
-
 def show(res: ExecResult, timeout: float, hint: str, keep_tail: bool = False) -> str:
     """A command's output for the agent: stdout, stderr, and how it ended."""
-    cut = (lambda t, n: tail_cut(t, n, hint)) if keep_tail else (lambda t, n: truncate(t, n, hint))
-    parts = [cut(res.stdout.rstrip("\n"), MAX_OUTPUT_CHARS)] if res.stdout else []
-    if res.stderr:
-        parts.append("[stderr]\n" + cut(res.stderr.rstrip("\n"), MAX_OUTPUT_CHARS // 2))
-    if res.timed_out:
-        parts.append(f"[killed: the command ran longer than {timeout:g} s]")
-    elif res.exit_code != 0:
-        parts.append(f"[exit code {res.exit_code}]")
-    if res.truncated:
-        parts.append("[output beyond the sandbox's capture limit was dropped]")
-    return "\n".join(parts) or "(no output)"
+    return command_output(res, timeout, hint, MAX_OUTPUT_CHARS, keep_tail)
 
 
 async def view(sb: Sandbox, path: str, start: int, end: int) -> str:

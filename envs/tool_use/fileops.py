@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from envfarm.errors import ConfigError
 from envfarm.sandbox import Sandbox
 
-from ..core import AgentEnv, Outcome, tool, truncate
+from ..core import AgentEnv, Outcome, command_output, tool
 from .fileops_tasks import Layout, Op, State, Workspace, make_layout, make_ops, make_tree
 
 log = logging.getLogger(__name__)
@@ -127,16 +127,7 @@ class FileOpsEnv(AgentEnv[FileTask]):
         assert self.sandbox is not None
         res = await self.sandbox.exec(args.command, timeout=self.command_timeout_s)
         hint = "page through it with head, tail, sed -n or grep"
-        parts = [truncate(res.stdout.rstrip("\n"), MAX_OUTPUT_CHARS, hint)] if res.stdout else []
-        if res.stderr:
-            parts.append("[stderr]\n" + truncate(res.stderr.rstrip("\n"), MAX_OUTPUT_CHARS // 2, hint))
-        if res.timed_out:
-            parts.append(f"[killed: the command ran longer than {self.command_timeout_s:g} s]")
-        elif res.exit_code != 0:
-            parts.append(f"[exit code {res.exit_code}]")
-        if res.truncated:
-            parts.append("[output beyond the sandbox's capture limit was dropped]")
-        return "\n".join(parts) or "(no output)"
+        return command_output(res, self.command_timeout_s, hint, MAX_OUTPUT_CHARS)
 
     @tool("Finish: the workspace is compared with the target state. Ends the episode.")
     async def submit(self, args: NoArgs) -> Outcome:
