@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from toyrepo import PATCHES
 
@@ -52,6 +53,19 @@ def test_logs_swebench_will_not_grade(toy_instance: Instance, tmp_path: Path) ->
     )
 
 
+def _upstream_spec(sw: Any, inst: Instance) -> Any:
+    """swebench's own TestSpec for the toy instance, to compare with its get_eval_report."""
+    return sw.types.TestSpec(
+        instance_id=inst.instance_id, image="", eval_script_list=[], repo=inst.repo, version="0.1",
+        FAIL_TO_PASS=list(F2P), PASS_TO_PASS=list(P2P), log_parser="parse_log_pytest",
+        eval_type="pass_and_fail",
+    )
+
+
+def _prediction(inst: Instance, patch: str) -> dict[str, str]:
+    return {"instance_id": inst.instance_id, "model_name_or_path": "m", "model_patch": patch}
+
+
 def test_conftest_exploit_is_not_resolved_where_swebench_resolves_it(
     toy_instance: Instance, tmp_path: Path
 ) -> None:
@@ -60,22 +74,8 @@ def test_conftest_exploit_is_not_resolved_where_swebench_resolves_it(
     path = tmp_path / "test_output.txt"
     path.write_text(exploited)
     sw = _swebench.load()
-    spec = sw.types.TestSpec(
-        instance_id=toy_instance.instance_id,
-        image="",
-        eval_script_list=[],
-        repo=toy_instance.repo,
-        version="0.1",
-        FAIL_TO_PASS=list(F2P),
-        PASS_TO_PASS=list(P2P),
-        log_parser="parse_log_pytest",
-        eval_type="pass_and_fail",
-    )
-    pred = {
-        "instance_id": toy_instance.instance_id,
-        "model_name_or_path": "m",
-        "model_patch": PATCHES["conftest"],
-    }
+    spec = _upstream_spec(sw, toy_instance)
+    pred = _prediction(toy_instance, PATCHES["conftest"])
     upstream = sw.grading.get_eval_report(spec, pred, str(path), include_tests_status=True)
     assert upstream[toy_instance.instance_id]["resolved"] is True, "swebench 5.0.2 resolves it (#631)"
     ours = grade(toy_instance, path, model_patch=PATCHES["conftest"])
@@ -88,22 +88,8 @@ def test_conftest_exploit_is_not_resolved_where_swebench_resolves_it(
 def test_swebench_log_classification_and_its_environment_tier(toy_instance: Instance, tmp_path: Path) -> None:
     """A log with no test output: swebench's classify_logs reason and tier carry over (``infra_failure``)."""
     sw = _swebench.load()
-    spec = sw.types.TestSpec(
-        instance_id=toy_instance.instance_id,
-        image="",
-        eval_script_list=[],
-        repo=toy_instance.repo,
-        version="0.1",
-        FAIL_TO_PASS=list(F2P),
-        PASS_TO_PASS=list(P2P),
-        log_parser="parse_log_pytest",
-        eval_type="pass_and_fail",
-    )
-    pred = {
-        "instance_id": toy_instance.instance_id,
-        "model_name_or_path": "m",
-        "model_patch": PATCHES["gold"],
-    }
+    spec = _upstream_spec(sw, toy_instance)
+    pred = _prediction(toy_instance, PATCHES["gold"])
     for text, reason, infra in [
         ("Killed\n", "out_of_memory", True),
         ("collected 0 items\nno tests ran\n", "no_tests_collected", False),
