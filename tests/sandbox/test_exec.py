@@ -7,6 +7,7 @@ import hashlib
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -120,7 +121,7 @@ async def test_calls_are_serialised_and_cancellation_recovers(any_backend: Backe
 
 
 async def test_sandbox_ids_differ_across_forked_processes() -> None:
-    """Forked workers (AsyncVectorEnv, multiprocessing) share the run id and a copy of the counter."""
+    """Forked workers (AsyncVectorEnv, multiprocessing) inherit the run id and a copy of the counter."""
     import multiprocessing
 
     from envfarm.config import run_id
@@ -129,10 +130,16 @@ async def test_sandbox_ids_differ_across_forked_processes() -> None:
     run_id()  # cached before the fork, as in a real parent that already started sandboxes
     backend = get_backend("local")
     ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(2) as pool:
-        ids = pool.map(_first_id, [backend, backend])
+    queue = ctx.Queue()
+    workers = [ctx.Process(target=_put_first_id, args=(backend, queue)) for _ in range(2)]
+    for w in workers:
+        w.start()
+    ids = [queue.get(timeout=30) for _ in workers]
+    for w in workers:
+        w.join(timeout=30)
     assert len(set(ids)) == 2, ids
+    assert backend._new_id() not in ids
 
 
-def _first_id(backend: Backend) -> str:
-    return backend._new_id()
+def _put_first_id(backend: Backend, queue: Any) -> None:
+    queue.put(backend._new_id())
