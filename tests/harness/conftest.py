@@ -12,12 +12,18 @@ from envfarm.harness.instances import instance_from_row
 
 
 @pytest.fixture(scope="session")
-def lite() -> list[Instance]:
-    """The 300 SWE-bench Lite test rows (v5 schema)."""
+def lite_parquet() -> Path:
+    """The SWE-bench Lite test split in ../shared. Missing is a failure, not a skip: the project ships it
+    beside every checkout (CI included), so a skip would only hide a broken layout."""
     path = LITE / "test.parquet"
-    if not path.is_file():
-        pytest.skip(f"SWE-bench Lite is not at {path}")
-    return load_instances(path)
+    assert path.is_file(), f"SWE-bench Lite is not at {path}; it comes with shared/ beside the checkout"
+    return path
+
+
+@pytest.fixture(scope="session")
+def lite(lite_parquet: Path) -> list[Instance]:
+    """The 300 SWE-bench Lite test rows (v5 schema)."""
+    return load_instances(lite_parquet)
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from toyrepo import LITE, PATCHES, row, write_spec
+from toyrepo import PATCHES, row, write_spec
 from typer.testing import CliRunner
 
 from envfarm.cli import app as root
@@ -14,12 +14,10 @@ from envfarm.commands.harness import app
 from envfarm.errors import DatasetError
 
 
-def test_plan_lists_ready_rows_and_the_specs_to_write(tmp_path: Path) -> None:
-    if not (LITE / "test.parquet").is_file():
-        pytest.skip("SWE-bench Lite is not available")
+def test_plan_lists_ready_rows_and_the_specs_to_write(tmp_path: Path, lite_parquet: Path) -> None:
     ids = ["pallets__flask-4045", "django__django-10914"]
     result = CliRunner().invoke(
-        app, ["plan", "--instances", str(LITE / "test.parquet"), "--instance-ids", *ids]
+        app, ["plan", "--instances", str(lite_parquet), "--instance-ids", *ids]
     )
     assert result.exit_code == 0, result.output
     assert "2 ready, 0 need a spec" in result.output
@@ -30,10 +28,8 @@ def test_plan_lists_ready_rows_and_the_specs_to_write(tmp_path: Path) -> None:
     assert "0 ready, 1 need a spec" in result.output and "o__unknown.toml" in result.output.replace("\n", "")
 
 
-def test_plan_of_every_lite_row_has_a_per_repo_table() -> None:
-    if not (LITE / "test.parquet").is_file():
-        pytest.skip("SWE-bench Lite is not available")
-    result = CliRunner().invoke(app, ["plan", "--instances", str(LITE / "test.parquet")])
+def test_plan_of_every_lite_row_has_a_per_repo_table(lite_parquet: Path) -> None:
+    result = CliRunner().invoke(app, ["plan", "--instances", str(lite_parquet)])
     assert result.exit_code == 0, result.output
     assert "300 ready, 0 need a spec (0 repo/versions)" in result.output
     table = result.output[result.output.index("environments per repo/version") :]
@@ -48,10 +44,8 @@ def test_plan_of_every_lite_row_has_a_per_repo_table() -> None:
     assert rows == 300
 
 
-def test_unknown_instance_id_is_an_error_with_a_hint() -> None:
-    if not (LITE / "test.parquet").is_file():
-        pytest.skip("SWE-bench Lite is not available")
-    args = ["run", "--instances", str(LITE / "test.parquet"), "--instance-ids", "pallets__flask-40"]
+def test_unknown_instance_id_is_an_error_with_a_hint(lite_parquet: Path) -> None:
+    args = ["run", "--instances", str(lite_parquet), "--instance-ids", "pallets__flask-40"]
     result = CliRunner().invoke(app, [*args, "--predictions", "gold", "--run-id", "x"])
     assert isinstance(result.exception, DatasetError) and "pallets__flask-4045" in str(result.exception)
 
