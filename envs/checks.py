@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -54,6 +55,16 @@ class ConformanceReport:
     @property
     def passed(self) -> bool:
         return all(r.passed for r in self.results)
+
+    @property
+    def failures(self) -> list[str]:
+        """``"check: detail"`` for every failed check."""
+        return [f"{r.name}: {r.detail}" for r in self.results if not r.passed]
+
+    def log(self, logger: logging.Logger) -> None:
+        """One INFO line per check: name, result, time, detail."""
+        for r in self.results:
+            logger.info("%s %s: %s (%.1fs) %s", self.env_id, r.name, r.passed, r.seconds, r.detail)
 
 
 Progress = Callable[[str, int, int], None]

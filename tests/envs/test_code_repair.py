@@ -281,6 +281,5 @@ def test_seed_maps_to_task_index(env: CodeRepairEnv) -> None:
 def test_conformance() -> None:
     n = len(TASK_IDS)
     report = run_conformance(ENV_ID, backend="docker", seeds=n, leak_episodes=4)
-    for r in report.results:
-        log.info("%s: %s (%.1fs) %s", r.name, r.passed, r.seconds, r.detail)
-    assert report.passed, [r for r in report.results if not r.passed]
+    report.log(log)
+    assert not report.failures, report.failures

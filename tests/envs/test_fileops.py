@@ -80,10 +80,8 @@ def test_state_diff_names_missing_extra_and_changed_paths() -> None:
 def test_conformance_suite_passes() -> None:
     """check_env, determinism, the oracle on 200 seeds (>= 99%), malformed actions, leaks, AsyncVectorEnv."""
     report = run_conformance(ENV_ID, backend="bwrap", seeds=200)
-    for result in report.results:
-        log.info("FileOps %s: %s (%.1fs)", result.name, result.detail, result.seconds)
-    failed = [f"{r.name}: {r.detail}" for r in report.results if not r.passed]
-    assert not failed, failed
+    report.log(log)
+    assert not report.failures, report.failures
 
 
 @pytest.mark.bwrap

@@ -264,5 +264,4 @@ def test_conformance_suite_passes() -> None:
     from envfarm.envs.checks import run_conformance
 
     report = run_conformance("envfarm/OrderDesk-v0", backend="bwrap", seeds=200)
-    failed = [f"{r.name}: {r.detail}" for r in report.results if not r.passed]
-    assert not failed, failed
+    assert not report.failures, report.failures

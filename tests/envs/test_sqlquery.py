@@ -117,10 +117,8 @@ def test_tasks_are_deterministic_and_varied() -> None:
 def test_conformance_suite_passes() -> None:
     """check_env, determinism, the oracle on 200 seeds (>= 99%), malformed actions, leaks, AsyncVectorEnv."""
     report = run_conformance(ENV_ID, backend="bwrap", seeds=200)
-    for result in report.results:
-        log.info("SqlQuery %s: %s (%.1fs)", result.name, result.detail, result.seconds)
-    failed = [f"{r.name}: {r.detail}" for r in report.results if not r.passed]
-    assert not failed, failed
+    report.log(log)
+    assert not report.failures, report.failures
 
 
 @pytest.mark.bwrap
