@@ -4,9 +4,10 @@
 #   scripts/setup.sh              system packages, docker daemon, .venv, images   (what `make setup` runs)
 #   scripts/setup.sh --venv-only  only the virtual environment                     (what `make lint` runs)
 #
-# Runs as root on a fresh Debian bookworm machine. Installs docker.io, bubblewrap and debootstrap only when
-# a binary is missing, starts dockerd without a bridge or iptables rules when `docker info` fails, creates
-# .venv (Python >= 3.11) with `pip install -e '.[dev]'`, then builds the images (`envfarm images build`).
+# Runs as root on a fresh Debian bookworm machine. Installs docker.io, bubblewrap, debootstrap and chromium
+# (+ chromium-driver) only when a binary is missing, starts dockerd without a bridge or iptables rules when
+# `docker info` fails, creates .venv (Python >= 3.11) with `pip install -e '.[dev,train,hf,ray,dashboard]'`
+# (torch pinned to the CPU wheel on this disk), then builds the images (`envfarm images build`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,6 +45,8 @@ system_packages() {
     command -v dockerd >/dev/null || missing+=(docker.io)
     command -v bwrap >/dev/null || missing+=(bubblewrap)
     command -v debootstrap >/dev/null || missing+=(debootstrap)
+    command -v chromium >/dev/null || missing+=(chromium)            # dashboard tests: a real headless browser
+    command -v chromedriver >/dev/null || missing+=(chromium-driver)
     if [ "${#missing[@]}" -gt 0 ]; then
         apt_install "${missing[@]}"
     fi
@@ -97,8 +100,8 @@ virtualenv() {
         fi
     fi
     if ! [ -f "$STAMP" ] || ! [ "$STAMP" -nt pyproject.toml ]; then
-        say "pip install -e '.[dev]'"
-        "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[dev]'
+        say "pip install -e '.[dev,train,hf,ray,dashboard]'"
+        "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[dev,train,hf,ray,dashboard]'
         touch "$STAMP"
     fi
     swebench

@@ -1,0 +1,1 @@
+"""``envfarm dashboard``: a browser view of farm runs, trajectories, training and harness results."""

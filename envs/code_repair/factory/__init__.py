@@ -1,0 +1,1 @@
+"""Task factory: mine SWE-bench-style code-repair tasks from real PyPI projects (``envfarm tasks mine``)."""

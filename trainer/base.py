@@ -1,0 +1,118 @@
+"""The trainer's contract, read first: a :class:`Policy` (model + tokenizer + chat template), how it samples,
+and what the learner and the policy server exchange.
+
+    Policy ─┬─ module       torch.nn.Module: forward(input_ids [B, T] long) -> logits [B, T, vocab] (float)
+            ├─ tokenizer    Tokenizer: text <-> token ids (byte-level for the built-in model, HF for others)
+            ├─ template     ChatTemplate: OpenAI messages + tools -> prompt text; completion text <-> message
+            └─ spec         PolicySpec: what to rebuild it from (preset / checkpoint / HF folder), JSON-ready
+
+    server (``envfarm serve``)  --- chat completion with token ids + logprobs --->  farm (Trajectory.turns)
+    farm                         --- NDJSON trajectories (episode_id dedup) ----->  learner (envfarm train)
+    learner                      --- POST /weights (safetensors bytes, version) ->  server (hot swap)
+
+One sample the learner trains on is one assistant turn: ``prompt_token_ids`` (the whole conversation so far,
+rendered by the template) followed by ``token_ids`` (the completion, ending in the template's end-of-turn
+token). Log-probabilities are of the completion tokens under the weights that sampled them (the behaviour
+policy), at temperature 1 before top-p truncation, so PPO's ratio is exact; the server states its version.
+
+Implementations: ``model.py`` (built-in decoder-only transformer + presets), ``tokenizer.py`` (bytes),
+``chat.py`` (template + tool-call parsing), ``hf.py`` (transformers, optional), ``generate.py`` (batched
+sampling), ``server.py`` (OpenAI-compatible aiohttp app), ``weights.py`` (safetensors encode/publish/load).
+The learner: ``ingest.py`` (NDJSON endpoint, dedup, staleness), ``batching.py``, ``loss.py`` (GRPO/PPO, SFT),
+``learner.py`` (optimizer step, accumulation, DDP), ``checkpoint.py``, ``metrics.py``, ``loop.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+WEIGHTS_CONTENT_TYPE = "application/x-safetensors"
+"""``POST /weights`` body: a safetensors file of the full state dict; its version in ``X-Weight-Version``."""
+VERSION_HEADER = "X-Weight-Version"
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """Text <-> ids. ``eos_id`` ends a completion (the template's end of turn); ``pad_id`` pads batches."""
+
+    vocab_size: int
+    eos_id: int
+    pad_id: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One parsed tool call of an assistant completion (OpenAI shape once serialised)."""
+
+    name: str
+    arguments: str
+    """JSON text of the arguments, as OpenAI sends it."""
+    id: str = ""
+
+
+@dataclass(frozen=True)
+class ParsedCompletion:
+    """An assistant completion read back: text content and tool calls (either may be empty)."""
+
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+
+
+@runtime_checkable
+class ChatTemplate(Protocol):
+    """How OpenAI chat messages become text for the model, and how its completions become messages."""
+
+    def render_prompt(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> str:
+        """The conversation so far plus the opening of the assistant's turn: what the model continues."""
+        ...
+
+    def render_completion(self, message: Mapping[str, Any]) -> str:
+        """An assistant message (content and/or tool_calls) as the completion text the model should produce,
+        without the end-of-turn token (the tokenizer's ``eos_id`` is appended after encoding)."""
+        ...
+
+    def parse_completion(self, text: str) -> ParsedCompletion:
+        """A completion (without end-of-turn) read back; text that is no well-formed tool call is content."""
+        ...
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """What a policy is built from; stored next to every checkpoint as JSON."""
+
+    kind: str
+    """``builtin`` (envfarm's transformer) or ``hf`` (a transformers causal LM from a local folder)."""
+    preset: str | None = None
+    """Built-in size preset, e.g. ``tiny-cpu``."""
+    path: str | None = None
+    """HF folder or checkpoint folder."""
+    config: Mapping[str, Any] = field(default_factory=dict)
+    """Model hyper-parameters (the preset's, with overrides)."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sampled completion: ids (ending with eos unless cut by max_tokens), their behaviour logprobs."""
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    finish_reason: str
+    """``stop`` (eos) or ``length`` (max_tokens)."""
+
+
+__all__ = [
+    "VERSION_HEADER",
+    "WEIGHTS_CONTENT_TYPE",
+    "ChatTemplate",
+    "ParsedCompletion",
+    "PolicySpec",
+    "Sample",
+    "Tokenizer",
+    "ToolCall",
+]
