@@ -38,6 +38,7 @@ from envfarm.sandbox.pool import SandboxPool
 
 from .environments import env_defaults, make_env
 from .episode import Episode, play
+from .live import LiveFile
 from .policies import Policy
 from .runs import RunDir, RunSpec
 from .sinks import Delivery, Sink
@@ -196,6 +197,7 @@ class Farm:
     async def _produce(self, out: asyncio.Queue[Trajectory | None]) -> None:
         try:
             async with AsyncExitStack() as stack:
+                await stack.enter_async_context(LiveFile(self))  # RUN/live.json for the dashboard
                 self._setting_up = True
                 try:
                     await self._setup(stack)
