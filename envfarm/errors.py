@@ -19,6 +19,8 @@
     │   │                                     images/swebench/<owner>__<name>.toml (the message names it)
     │   ├── RepoNotFound (LookupError)        no repository or base commit in --repo-source -> clone/fetch it
     │   └── PatchApplyError                   a patch applies with none of SWE-bench's fallback commands
+    ├── TaskFactoryError                      `envfarm tasks mine`: a bad --package, no sdist, no tests
+    │   └── PackageNotFound (LookupError)     no such package/version (or no sdist of it) on the index
     └── RolloutError                          the rollout farm (envfarm/rollout)
         ├── PolicyError                       one policy call failed (a 400, an unusable reply): that episode
         │                                     is recorded with `error`, the run goes on
@@ -26,6 +28,10 @@
         │                                     past the retry budget: the run stops, exit non-zero
         └── LearnerUnavailable (ConnectionError) the learner took no delivery for too long; the spool keeps
                                               everything -> fix the learner, then `--resume RUN`
+    TrainerError                              the learner (`envfarm train`): batching, updates, the loop
+    ├── CheckpointError                       a checkpoint that is missing, damaged or for another model
+    └── WeightsError                          published weights that are no safetensors file or do not fit
+                                              the served model (`envfarm serve` answers 400)
 
 Messages name the object, show the tail of stderr where there is one, and say how to fix it.
 Foreign errors (docker SDK, OSError from subprocess spawning) are mapped once, in the backend that meets
@@ -114,6 +120,14 @@ class PatchApplyError(HarnessError):
     """A patch did not apply with ``git apply``, ``git apply --reject`` or ``patch --fuzz``."""
 
 
+class TaskFactoryError(FarmError):
+    """The task factory cannot mine a package (a bad spec, no sdist, no tests that pass, no test deps)."""
+
+
+class PackageNotFound(TaskFactoryError, LookupError):
+    """The package index has no such package or version, or no source distribution of it."""
+
+
 class RolloutError(FarmError):
     """Something went wrong in the rollout farm (policies, sinks, runs)."""
 
@@ -128,6 +142,18 @@ class PolicyUnavailable(RolloutError, ConnectionError):
 
 class LearnerUnavailable(RolloutError, ConnectionError):
     """The learner endpoint accepted no delivery for too long; the run's spool keeps every trajectory."""
+
+
+class TrainerError(FarmError):
+    """The learner cannot go on (no usable samples, a diverged update, a failed weight publication)."""
+
+
+class CheckpointError(TrainerError):
+    """A checkpoint is missing, damaged or does not fit the model (the message names the folder)."""
+
+
+class WeightsError(TrainerError):
+    """Weights sent to the policy server are unreadable or do not fit its model (names the keys)."""
 
 
 def tail(text: str, lines: int = 15, chars: int = 2000) -> str:

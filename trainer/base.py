@@ -15,6 +15,18 @@ rendered by the template) followed by ``token_ids`` (the completion, ending in t
 token). Log-probabilities are of the completion tokens under the weights that sampled them (the behaviour
 policy), at temperature 1 before top-p truncation, so PPO's ratio is exact; the server states its version.
 
+Logprob convention, exactly: ``logprobs[i] = log_softmax(logits.float())[token_ids[i]]`` where ``logits`` are
+the raw model outputs for ``prompt_token_ids + token_ids[:i]`` -- no division by the temperature, no top-p
+mask -- whatever ``temperature``/``top_p`` the request sampled with (vLLM's default ``raw_logprobs``). The
+learner recomputes them with one full forward of ``prompt + completion`` at temperature 1 (they agree within
+~1e-5 in float32; ~1e-2 under bf16 autocast on GPU). At temperature 1 and top_p 1 (the farm's default) this is
+exactly the sampling distribution; at other settings it is the model's own distribution, not the sampler's.
+
+Module protocol (what ``generate.py`` and the server call; the learner needs only ``module(input_ids)``)::
+
+    module(input_ids [B, T], positions=None, key_mask=None, cache=None, last_only=False) -> logits
+    module.new_cache(batch, capacity) -> cache     # filled in place by forward calls
+
 Implementations: ``model.py`` (built-in decoder-only transformer + presets), ``tokenizer.py`` (bytes),
 ``chat.py`` (template + tool-call parsing), ``hf.py`` (transformers, optional), ``generate.py`` (batched
 sampling), ``server.py`` (OpenAI-compatible aiohttp app), ``weights.py`` (safetensors encode/publish/load).

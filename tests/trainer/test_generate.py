@@ -1,0 +1,82 @@
+"""Batched sampling: per-row stopping, logprob convention (a full forward recomputes them), seeds, top-p."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from envfarm.errors import ConfigError
+from envfarm.trainer.generate import GenRequest, generate, generate_batch
+from envfarm.trainer.policy import Policy, load_policy
+
+torch.set_num_threads(2)
+TINY = {"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64, "max_context": 128}
+
+
+@pytest.fixture(scope="module")
+def policy() -> Policy:
+    return load_policy("tiny-cpu", overrides=TINY, device="cpu", seed=0)
+
+
+def recompute(policy: Policy, prompt: list[int], completion: tuple[int, ...]) -> list[float]:
+    ids = torch.tensor([prompt + list(completion)])
+    with torch.no_grad():
+        logp = torch.log_softmax(policy.module(ids).float(), -1)[0]
+    return [logp[len(prompt) - 1 + i, t].item() for i, t in enumerate(completion)]
+
+
+def test_logprobs_equal_a_full_forward_of_the_returned_tokens(policy: Policy) -> None:
+    prompts = [policy.encode_prompt([{"role": "user", "content": "What is 3*4?"}]), [65, 66, 67]]
+    out = generate(policy, prompts, n=3, temperature=0.8, top_p=0.9, max_tokens=24,
+                   generator=torch.Generator().manual_seed(0))
+    assert [len(s) for s in out] == [3, 3]
+    for prompt, samples in zip(prompts, out, strict=True):
+        for s in samples:
+            assert len(s.token_ids) == len(s.logprobs) and 1 <= len(s.token_ids) <= 24
+            assert max(abs(a - b) for a, b in zip(recompute(policy, prompt, s.token_ids), s.logprobs,
+                                                     strict=True)) < 1e-4
+
+
+def test_rows_stop_at_eos_and_length(policy: Policy) -> None:
+    eos = policy.tokenizer.eos_id
+    with torch.no_grad():  # make eos overwhelmingly likely: every row stops after one token
+        policy.module.embed.weight[eos] *= 0
+        saved = policy.module.norm.weight.clone()
+    out = generate(policy, [[1, 2, 3]], max_tokens=5, generator=torch.Generator().manual_seed(0))
+    for s in out[0]:
+        assert s.finish_reason in ("stop", "length")
+        assert (s.token_ids[-1] == eos) == (s.finish_reason == "stop")
+        assert eos not in s.token_ids[:-1]
+    with torch.no_grad():
+        policy.module.norm.weight.copy_(saved)
+
+
+def test_same_seed_same_samples_and_greedy_is_deterministic(policy: Policy) -> None:
+    prompt = [[10, 20, 30, 40]]
+    a = generate(policy, prompt, n=2, max_tokens=16, generator=torch.Generator().manual_seed(5))
+    b = generate(policy, prompt, n=2, max_tokens=16, generator=torch.Generator().manual_seed(5))
+    c = generate(policy, prompt, n=2, max_tokens=16, generator=torch.Generator().manual_seed(6))
+    assert a == b and a != c
+    g1 = generate(policy, prompt, temperature=0, max_tokens=16)
+    g2 = generate(policy, prompt, temperature=0, max_tokens=16)
+    assert g1 == g2
+
+
+def test_mixed_requests_in_one_batch(policy: Policy) -> None:
+    reqs = [GenRequest([1, 2, 3], n=2, max_tokens=4, generator=torch.Generator().manual_seed(1)),
+            GenRequest(list(range(40)), temperature=0, max_tokens=9),
+            GenRequest([7] * 126, max_tokens=50)]  # clipped to the 2 slots left in the context
+    gen = generate_batch(policy, reqs)
+    assert gen.rows == 4 and [len(s) for s in gen.samples] == [2, 1, 1]
+    assert all(len(s.token_ids) <= 4 for s in gen.samples[0])
+    assert len(gen.samples[2][0].token_ids) <= 2
+    alone = generate_batch(policy, [GenRequest([1, 2, 3], n=2, max_tokens=4,
+                                               generator=torch.Generator().manual_seed(1))]).samples[0]
+    assert [s.token_ids for s in alone] == [s.token_ids for s in gen.samples[0]]  # batch mates do not matter
+
+
+def test_bad_requests(policy: Policy) -> None:
+    with pytest.raises(ConfigError, match="no room"):
+        generate(policy, [[1] * 128])
+    with pytest.raises(ConfigError, match="top_p"):
+        generate(policy, [[1]], top_p=0)

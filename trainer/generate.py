@@ -1,0 +1,200 @@
+"""Batched sampling with a KV cache: many prompts (left-padded into one batch), ``n`` samples each.
+
+    samples = generate(policy, [ids_a, ids_b], n=2, temperature=1.0, max_tokens=64, generator=g)
+    samples[0][1].token_ids, samples[0][1].logprobs, samples[0][1].finish_reason
+
+    out = generate_batch(policy, [GenRequest(ids_a, temperature=0.7, seed=1), GenRequest(ids_b, n=4)])
+
+Logprob convention (see ``base.py``): ``Sample.logprobs[i]`` is ``log_softmax(logits)[token]`` of the raw
+model logits at temperature 1, before top-p, under the weights that sampled (what a full forward of
+``prompt + token_ids`` by the learner gives, within float tolerance). Sampling itself uses
+``softmax(logits / temperature)`` truncated to the top-p nucleus; ``temperature == 0`` is greedy.
+
+One prefill of the left-padded batch, then one decode forward per step for all rows; rows stop at eos or
+their ``max_tokens`` (clipped to the context left after their prompt). Tokens stay on the device until the
+end; the only host sync per step is the all-rows-done check (every ``check_every`` steps on GPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from envfarm.errors import ConfigError
+
+from .base import Sample
+from .policy import Policy
+
+
+@dataclass(frozen=True)
+class GenRequest:
+    """One prompt and how to sample from it."""
+
+    prompt: Sequence[int]
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 64
+    generator: torch.Generator | None = None
+    """Random source for this request's rows; None: the batch's shared one."""
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What one batched call produced: ``samples[request][j]`` plus its cost."""
+
+    samples: list[list[Sample]]
+    rows: int
+    prompt_tokens: int
+    """Real (unpadded) prompt tokens of all rows."""
+    completion_tokens: int
+    steps: int
+    """Decode forward passes after the prefill."""
+    seconds: float
+
+
+def generate(policy: Policy, prompts: Sequence[Sequence[int]], *, n: int = 1, temperature: float = 1.0,
+             top_p: float = 1.0, max_tokens: int = 64, generator: torch.Generator | None = None,
+             ) -> list[list[Sample]]:
+    """``n`` samples for each prompt, all in one batch; see the module docstring."""
+    reqs = [GenRequest(p, n, temperature, top_p, max_tokens) for p in prompts]
+    return generate_batch(policy, reqs, generator=generator).samples
+
+
+def check_request(policy: Policy, req: GenRequest) -> int:
+    """The number of new tokens ``req`` may produce; a ConfigError when it cannot produce any."""
+    if not req.prompt:
+        raise ConfigError("empty prompt")
+    room = policy.max_context - len(req.prompt)
+    if room < 1:
+        raise ConfigError(f"prompt of {len(req.prompt)} tokens leaves no room in the model's context of "
+                          f"{policy.max_context} tokens")
+    if req.n < 1 or req.max_tokens < 1 or req.temperature < 0 or not 0 < req.top_p <= 1:
+        raise ConfigError(f"need n >= 1, max_tokens >= 1, temperature >= 0 and 0 < top_p <= 1; got "
+                          f"n={req.n}, max_tokens={req.max_tokens}, temperature={req.temperature}, "
+                          f"top_p={req.top_p}")
+    return min(req.max_tokens, room)
+
+
+def generate_batch(policy: Policy, requests: Sequence[GenRequest], *,
+                   generator: torch.Generator | None = None,
+                   check_every: int | None = None, autocast: bool | None = None) -> Generation:
+    """All ``requests`` in one batch (each repeated ``n`` times); see the module docstring."""
+    t0 = time.perf_counter()
+    dev, tok = policy.device, policy.tokenizer
+    budgets = [check_request(policy, r) for r in requests]
+    rows = [(i, r) for i, r in enumerate(requests) for _ in range(r.n)]
+    R = len(rows)
+    new = torch.tensor([budgets[i] for i, _ in rows], device=dev)
+    max_new = max(budgets[i] for i, _ in rows)
+    prompt_len = max(len(r.prompt) for _, r in rows)
+    ids = torch.full((R, prompt_len), tok.pad_id, dtype=torch.long)
+    valid = torch.zeros((R, prompt_len + max_new), dtype=torch.bool)
+    for j, (_, r) in enumerate(rows):
+        ids[j, prompt_len - len(r.prompt):] = torch.tensor(list(r.prompt), dtype=torch.long)
+        valid[j, prompt_len - len(r.prompt):prompt_len] = True
+    ids, valid = ids.to(dev), valid.to(dev)
+    sampler = _Sampler(rows, dev, generator)
+    every = check_every or (1 if dev.type == "cpu" else 8)
+    use_autocast = dev.type == "cuda" if autocast is None else autocast
+    amp = torch.autocast(dev.type, dtype=torch.bfloat16) if use_autocast else contextlib.nullcontext()
+    with torch.inference_mode(), amp:
+        out_ids, out_lp, steps = _decode(policy, ids, valid, new, max_new, sampler, every)
+    out_ids_l, out_lp_l = out_ids.tolist(), out_lp.tolist()
+    samples: list[list[Sample]] = [[] for _ in requests]
+    completion = 0
+    for j, (i, _) in enumerate(rows):
+        toks, lps = _trim(out_ids_l[j], out_lp_l[j], tok.eos_id, budgets[i])
+        completion += len(toks)
+        reason = "stop" if toks and toks[-1] == tok.eos_id else "length"
+        samples[i].append(Sample(tuple(toks), tuple(lps), reason))
+    prompt_tokens = sum(len(r.prompt) for _, r in rows)
+    return Generation(samples, R, prompt_tokens, completion, steps, time.perf_counter() - t0)
+
+
+def _trim(ids: list[int], lps: list[float], eos: int, budget: int) -> tuple[list[int], list[float]]:
+    end = min(budget, len(ids))
+    if eos in ids[:end]:
+        end = ids.index(eos) + 1
+    return ids[:end], lps[:end]
+
+
+def _decode(policy: Policy, ids: Tensor, valid: Tensor, new: Tensor, max_new: int, sampler: _Sampler,
+            every: int) -> tuple[Tensor, Tensor, int]:
+    """Prefill + decode loop; returns (tokens [R, max_new], logprobs [R, max_new], decode steps)."""
+    module, eos, pad = policy.module, policy.tokenizer.eos_id, policy.tokenizer.pad_id
+    R, P = ids.shape
+    positions = (valid[:, :P].long().cumsum(1) - 1).clamp(min=0)
+    cache = module.new_cache(R, P + max_new)
+    logits = module(ids, positions=positions, key_mask=valid[:, :P], cache=cache, last_only=True)[:, -1]
+    next_pos = positions[:, -1:] + 1
+    out_ids = torch.full((R, max_new), pad, dtype=torch.long, device=ids.device)
+    out_lp = torch.zeros((R, max_new), dtype=torch.float32, device=ids.device)
+    done = torch.zeros(R, dtype=torch.bool, device=ids.device)
+    count = torch.zeros(R, dtype=torch.long, device=ids.device)
+    steps = 0
+    for step in range(max_new):
+        token, lp = sampler(logits)
+        token = torch.where(done, pad, token)
+        out_ids[:, step], out_lp[:, step] = token, lp
+        count += (~done).long()
+        done |= (token == eos) | (count >= new)
+        if step == max_new - 1 or ((step + 1) % every == 0 and bool(done.all())):
+            break
+        valid[:, P + step] = True
+        logits = module(token[:, None], positions=next_pos.clamp(max=policy.max_context - 1),
+                        key_mask=valid[:, :P + step + 1], cache=cache, last_only=True)[:, -1]
+        next_pos = next_pos + 1
+        steps += 1
+    return out_ids, out_lp, steps
+
+
+class _Sampler:
+    """Per-row temperature/top-p sampling; rows grouped by their random generator."""
+
+    def __init__(self, rows: Sequence[tuple[int, GenRequest]], device: torch.device,
+                 shared: torch.Generator | None) -> None:
+        self.temps = torch.tensor([max(r.temperature, 1e-6) for _, r in rows], device=device)[:, None]
+        self.top_p = torch.tensor([r.top_p for _, r in rows], device=device)[:, None]
+        self.use_top_p = any(r.top_p < 1 for _, r in rows)
+        self.greedy = torch.tensor([r.temperature == 0 for _, r in rows], device=device)
+        self.any_greedy = any(r.temperature == 0 for _, r in rows)
+        groups: dict[int, tuple[torch.Generator | None, list[int]]] = {}
+        for j, (_, r) in enumerate(rows):
+            g = r.generator if r.generator is not None else shared
+            groups.setdefault(id(g), (g, []))[1].append(j)
+        whole = len(groups) == 1
+        self.groups = [(g, None if whole else torch.tensor(idx, device=device)) for g, idx in groups.values()]
+
+    def __call__(self, logits: Tensor) -> tuple[Tensor, Tensor]:
+        logits = logits.float()
+        logp = torch.log_softmax(logits, dim=-1)
+        probs = torch.softmax(logits / self.temps, dim=-1)
+        if self.use_top_p:
+            probs = _nucleus(probs, self.top_p)
+        token = torch.empty(logits.shape[0], dtype=torch.long, device=logits.device)
+        for g, idx in self.groups:
+            if idx is None:
+                token = torch.multinomial(probs, 1, generator=g).squeeze(1)
+            else:
+                token[idx] = torch.multinomial(probs[idx], 1, generator=g).squeeze(1)
+        if self.any_greedy:
+            token = torch.where(self.greedy, logits.argmax(-1), token)
+        return token, logp.gather(1, token[:, None]).squeeze(1)
+
+
+def _nucleus(probs: Tensor, top_p: Tensor) -> Tensor:
+    """Keep the smallest set of most likely tokens whose mass reaches ``top_p`` (per row), renormalised."""
+    sorted_p, order = probs.sort(dim=-1, descending=True)
+    before = sorted_p.cumsum(-1) - sorted_p
+    sorted_p = torch.where(before < top_p, sorted_p, torch.zeros_like(sorted_p))
+    kept = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    return kept / kept.sum(-1, keepdim=True)
+
+
+__all__ = ["GenRequest", "Generation", "check_request", "generate", "generate_batch"]
