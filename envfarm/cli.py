@@ -72,12 +72,14 @@ def root(
 
 # ------------------------------------------------------------------------------------ sub-commands
 # One line per sub-app, each defined in envfarm/commands/<name>.py.
+from envfarm.commands import dashboard as _dashboard  # noqa: E402
 from envfarm.commands import demo as _demo  # noqa: E402
 from envfarm.commands import doctor as _doctor  # noqa: E402
 from envfarm.commands import envs as _envs  # noqa: E402
 from envfarm.commands import farm as _farm  # noqa: E402
 from envfarm.commands import harness as _harness  # noqa: E402
 from envfarm.commands import images as _images  # noqa: E402
+from envfarm.commands import tasks as _tasks  # noqa: E402
 from envfarm.commands.sandbox import sandbox_app  # noqa: E402
 
 app.add_typer(_images.app, name="images")
@@ -88,6 +90,8 @@ app.command(name="demo")(_demo.demo)
 app.add_typer(_farm.app, name="farm")
 app.command(name="eval")(_farm.eval_command)
 app.add_typer(_harness.app, name="harness")
+app.add_typer(_tasks.app, name="tasks")
+app.command(name="dashboard")(_dashboard.dashboard)
 # ------------------------------------------------------------------------------------------------
 
 

@@ -1,0 +1,202 @@
+// envfarm dashboard: routing, the sources sidebar, live updates (SSE), training and harness views.
+"use strict";
+
+const state = {sources: [], stream: null, route: null, browser: {seq: 0, lastDone: null}};
+const KIND_LABEL = {farm: "Farm runs", trainer: "Training", harness: "Harness"};
+
+async function api(path) {
+  const r = await fetch(path, {cache: "no-store"});
+  if (!r.ok) throw new Error(`${path}: HTTP ${r.status}`);
+  return r.json();
+}
+
+function setConn(text, ok) {
+  const el = document.getElementById("conn");
+  el.textContent = text;
+  el.className = `conn ${ok ? "conn-ok" : "conn-off"}`;
+}
+
+// Live updates of one run: the server pushes its main view as `update` events whenever it changes.
+function listen(id, onData) {
+  stopListening();
+  const es = new EventSource(`/api/events/${id}`);
+  es.addEventListener("update", (ev) => { setConn("live", true); onData(JSON.parse(ev.data)); });
+  es.onerror = () => setConn("reconnecting…", false);
+  state.stream = es;
+}
+
+function stopListening() {
+  if (state.stream) { state.stream.close(); state.stream = null; }
+  setConn("", true);
+}
+
+async function loadSources() {
+  state.sources = await api("/api/sources");
+  const aside = document.getElementById("sources");
+  const groups = ["farm", "trainer", "harness"].map((kind) => {
+    const mine = state.sources.filter((s) => s.kind === kind);
+    if (!mine.length) return null;
+    return h("div", {class: "source-group"}, h("h3", {}, KIND_LABEL[kind]), h("ul", {}, mine.map((s) =>
+      h("li", {}, h("a", {href: `#/${s.kind}/${s.id}`, class: location.hash.includes(s.id) ? "active" : "",
+        title: s.path, "data-source": s.id}, s.name)))));
+  });
+  put(aside, ...groups.filter(Boolean));
+}
+
+function crumbs(...parts) {
+  put(document.getElementById("crumbs"), parts.flatMap((p, i) =>
+    [i ? h("span", {class: "sep"}, "/") : null, p[1] ? h("a", {href: p[1]}, p[0]) : h("span", {}, p[0])]));
+}
+
+async function route() {
+  const main = document.getElementById("main");
+  const parts = location.hash.replace(/^#\/?/, "").split("/").filter(Boolean).map(decodeURIComponent);
+  const key = parts.join("/");
+  if (key === state.route) return;
+  state.route = key;
+  stopListening();
+  if (!state.sources.length || (parts[1] && !state.sources.find((s) => s.id === parts[1]))) await loadSources();
+  else document.querySelectorAll("#sources a").forEach((a) =>
+    a.classList.toggle("active", a.dataset.source === parts[1]));
+  const src = state.sources.find((s) => s.id === parts[1]);
+  put(main, h("p", {class: "muted"}, "loading…"));
+  try {
+    if (!parts.length) return overview(main);
+    if (!src) { crumbs(["runs", "#/"]); return put(main, h("p", {class: "bad"}, "No such run; pick one on the left.")); }
+    const top = [src.name, `#/${src.kind}/${src.id}`];
+    if (src.kind === "farm" && parts[2] === "episodes" && parts[3] !== undefined) {
+      crumbs(["runs", "#/"], top, ["trajectories", `#/farm/${src.id}/episodes`], [`episode ${parts[3]}`]);
+      return renderEpisode(main, src, await api(`/api/farm/${src.id}/episodes/${parts[3]}`));
+    }
+    if (src.kind === "farm" && parts[2] === "episodes") {
+      crumbs(["runs", "#/"], top, ["trajectories"]);
+      state.browser = {seq: 0, lastDone: null};
+      put(main);
+      return listen(src.id, (d) => renderBrowser(main, src, d, state.browser));
+    }
+    if (src.kind === "harness" && parts[2] !== undefined) {
+      crumbs(["runs", "#/"], top, [parts[2]]);
+      return renderInstance(main, src, await api(`/api/harness/${src.id}/instances/${encodeURIComponent(parts[2])}`));
+    }
+    crumbs(["runs", "#/"], [src.name]);
+    const render = {farm: renderFarm, trainer: renderTrainer, harness: renderHarness}[src.kind];
+    listen(src.id, (d) => render(main, src, d));
+  } catch (e) {
+    put(main, h("p", {class: "bad"}, String(e.message || e)));
+  }
+}
+
+async function overview(main) {
+  crumbs(["runs"]);
+  await loadSources();
+  const rows = await Promise.all(state.sources.map(async (s) => [s, await api(`/api/view/${s.id}`)]));
+  const line = ([s, d]) => {
+    let what = "";
+    if (s.kind === "farm") what = `${(d.spec || {}).env_id || ""} · ${d.done}/${d.total} episodes · ${d.state} · mean reward ${fmtNum(d.mean_reward, 3)} · ${d.infra_errors} infra errors`;
+    if (s.kind === "trainer") what = `${d.n_updates} updates · ${d.publishes.length} publishes · ${d.evals.length} evals`;
+    if (s.kind === "harness") what = Object.entries(d.counts).map(([k, v]) => `${v} ${k}`).join(" · ") || "no instances yet";
+    return h("tr", {class: "clickable", onclick: () => { location.hash = `#/${s.kind}/${s.id}`; }},
+      h("td", {}, badge(s.kind)), h("td", {}, h("a", {href: `#/${s.kind}/${s.id}`}, s.name)), h("td", {}, what),
+      h("td", {class: "muted small"}, s.path));
+  };
+  put(main, h("h1", {}, "Runs"), rows.length ? h("table", {class: "grid-table", id: "runs"},
+    h("tbody", {}, rows.map(line))) : h("p", {class: "muted"}, "No runs found."));
+}
+
+// --------------------------------------------------------------------------------------- training view
+
+function renderTrainer(main, src, d) {
+  const u = d.updates || [], last = d.last || {};
+  const pts = (key, phase) => u.filter((x) => !phase || x.phase === phase).map((x) => [x.step, x[key]]);
+  const phases = [...new Set(u.map((x) => x.phase).filter(Boolean))];
+  const byPhase = (key) => (phases.length ? phases : [null]).map((p) => ({name: p || key, points: pts(key, p)}));
+  const evals = d.evals || [], s = d.summary || {};
+  const ev = (phase) => evals.filter((e) => e.phase === phase).slice(-1)[0];
+  const before = s.eval_before_rl ?? (ev("before_rl") || {}).mean_reward, after = s.eval_after_rl ?? (ev("after_rl") || {}).mean_reward;
+  const ci = Array.isArray(s.diff_ci95) ? s.diff_ci95 : null;
+  put(main,
+    h("div", {class: "title-row"}, h("h1", {}, `Training · ${src.name}`)),
+    h("p", {class: "muted"}, src.path),
+    h("div", {class: "cards"},
+      card("updates", String(d.n_updates), "train-updates", last.phase ? `phase ${last.phase}` : null),
+      card("step", last.step ?? "–", "train-step", last.time ? when(last.time) : null),
+      card("loss", fmtNum(last.loss), "train-loss", last.lr !== undefined ? `lr ${fmtNum(last.lr)}` : null),
+      card("reward (batch)", fmtNum(last.reward_mean, 3), "train-reward", last.kl !== null && last.kl !== undefined ? `kl ${fmtNum(last.kl)}` : null),
+      card("weight version", last.version ?? "–", "train-version", `${(d.publishes || []).length} published`),
+      card("eval after − before", before !== undefined && after !== undefined ? fmtNum(after - before, 3) : "–", "train-eval-diff",
+        ci ? `95% CI [${fmtNum(ci[0], 3)}, ${fmtNum(ci[1], 3)}]` : null)),
+    h("div", {class: "charts"},
+      lineChart({title: "loss", series: byPhase("loss"), xLabel: "step", legend: phases.length > 1}),
+      lineChart({title: "reward (batch mean)", series: byPhase("reward_mean"), xLabel: "step"}),
+      lineChart({title: "KL / clip fraction", series: [{name: "kl", points: pts("kl")}, {name: "clip_frac", points: pts("clip_frac")}], xLabel: "step"}),
+      lineChart({title: "learning rate", series: [{name: "lr", points: pts("lr"), color: "#7c3aed"}], xLabel: "step"}),
+      barChart({title: `eval: before vs after RL${s.eval_episodes ? ` (${s.eval_episodes} episodes)` : ""}`,
+        bars: [before !== undefined && before !== null ? {label: "before RL", value: before} : null,
+          after !== undefined && after !== null ? {label: "after RL", value: after, color: "#16a34a"} : null].filter(Boolean)})),
+    h("h2", {}, "Evaluations"),
+    evals.length ? h("table", {class: "grid-table", id: "evals"}, h("thead", {}, h("tr", {}, ["phase", "mean reward", "episodes", "time"].map((c) => h("th", {}, c)))),
+      h("tbody", {}, evals.map((e) => h("tr", {}, h("td", {}, e.phase ?? "–"), h("td", {}, fmtNum(e.mean_reward, 4)), h("td", {}, e.episodes ?? "–"), h("td", {}, when(e.time))))))
+      : h("p", {class: "muted"}, "no eval records yet"),
+    h("h2", {}, "Weight versions published"),
+    (d.publishes || []).length ? h("table", {class: "grid-table", id: "publishes"}, h("thead", {}, h("tr", {}, ["version", "published", "size", "took"].map((c) => h("th", {}, c)))),
+      h("tbody", {}, d.publishes.slice().reverse().map((p) => h("tr", {}, h("td", {}, `v${p.version}`), h("td", {}, when(p.time)),
+        h("td", {}, p.bytes !== null && p.bytes !== undefined ? `${(p.bytes / 1048576).toFixed(2)} MiB` : "–"), h("td", {}, secs(p.seconds))))))
+      : h("p", {class: "muted"}, "no weights published yet"),
+    d.summary ? h("details", {}, h("summary", {}, "summary.json"), h("pre", {class: "small"}, JSON.stringify(d.summary, null, 2))) : null,
+    d.unknown_kinds.length || d.bad_lines ? h("p", {class: "muted small"}, `ignored: ${d.unknown_kinds.join(", ")} ${d.bad_lines ? `${d.bad_lines} unreadable lines` : ""}`) : null,
+  );
+}
+
+// ---------------------------------------------------------------------------------------- harness view
+
+function renderHarness(main, src, d) {
+  const s = d.summary;
+  const ci = s && s.resolved_rate_ci95;
+  const ratio = (p) => (p ? `${p[0]}/${p[1]}` : "–");
+  put(main,
+    h("div", {class: "title-row"}, h("h1", {}, `Harness · ${d.run_id}`), h("span", {class: "muted"}, d.model)),
+    h("p", {class: "muted"}, d.path),
+    h("div", {class: "cards"},
+      card("resolved", s ? `${s.resolved_instances} / ${s.total_instances}` : String(d.counts.resolved || 0), "harness-resolved",
+        s ? `${(100 * s.resolved_rate).toFixed(1)}% (95% CI ${(100 * ci[0]).toFixed(1)}–${(100 * ci[1]).toFixed(1)}%)` : "run summary not written yet"),
+      card("unresolved", String(d.counts.unresolved || 0), "harness-unresolved", s ? `${s.partial_ids.length} partial` : null),
+      card("errors", String(d.counts.error || 0), "harness-errors", s ? `${s.infra_error_ids.length} infra · ${s.timeout_ids.length} timeout` : null),
+      card("tampering", String(s ? Object.keys(s.tampered_ids).length : d.rows.filter((r) => r.tamper.length).length), "harness-tampered", "a rule fired"),
+      card("empty / running", `${d.counts.empty_patch || 0} / ${d.counts.running || 0}`, "harness-other", null)),
+    h("table", {class: "grid-table", id: "harness-instances"}, h("thead", {}, h("tr", {},
+      ["instance", "outcome", "status", "FAIL_TO_PASS", "PASS_TO_PASS", "tamper rule", "error", "time"].map((c) => h("th", {}, c)))),
+      h("tbody", {}, d.rows.map((r) => h("tr", {class: "clickable", "data-instance": r.instance_id,
+        onclick: () => { location.hash = `#/harness/${src.id}/${encodeURIComponent(r.instance_id)}`; }},
+        h("td", {class: "mono"}, h("a", {href: `#/harness/${src.id}/${encodeURIComponent(r.instance_id)}`}, r.instance_id)),
+        h("td", {}, badge(r.outcome)), h("td", {}, r.status || "–"), h("td", {}, ratio(r.f2p)), h("td", {}, ratio(r.p2p)),
+        h("td", {}, r.tamper.map((t) => h("span", {class: "rule", title: d.rules[t] || ""}, t))),
+        h("td", {class: "small bad"}, r.error_kind ? `${r.error_kind}: ${r.error || ""}` : (r.error || "")),
+        h("td", {class: "small"}, r.duration_s !== undefined ? secs(r.duration_s) : "–"))))),
+  );
+}
+
+function renderInstance(main, src, d) {
+  const r = d.row;
+  put(main,
+    h("div", {class: "title-row"}, h("h1", {}, d.instance_id), badge(r.outcome),
+      h("a", {href: `#/harness/${src.id}`, class: "button"}, "← all instances")),
+    h("table", {class: "kv"}, h("tbody", {}, [["status", r.status], ["FAIL_TO_PASS", r.f2p ? `${r.f2p[0]}/${r.f2p[1]} pass` : "–"],
+      ["PASS_TO_PASS", r.p2p ? `${r.p2p[0]}/${r.p2p[1]} pass` : "–"], ["attempts", r.attempts], ["time", secs(r.duration_s)],
+      r.error ? ["error", `${r.error_kind || ""} ${r.error}`] : null].filter(Boolean).map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, String(v ?? "–")))))),
+    h("h2", {}, "Tamper rules"),
+    d.findings.length ? h("table", {class: "grid-table", id: "findings"}, h("thead", {}, h("tr", {}, ["rule", "path", "action", "detail", "what the rule guards"].map((c) => h("th", {}, c)))),
+      h("tbody", {}, d.findings.map((f) => h("tr", {}, h("td", {}, h("span", {class: "rule"}, f.rule)), h("td", {class: "mono"}, f.path),
+        h("td", {}, badge(f.action)), h("td", {class: "small"}, f.detail), h("td", {class: "small muted"}, f.rule_text)))))
+      : h("p", {class: "muted"}, "No rule fired."),
+    h("h2", {}, "Logs"),
+    Object.entries(d.logs).map(([name, text], i) => h("details", {open: i === 0 || name === "test_output.txt", "data-log": name},
+      h("summary", {}, name), name.endsWith(".diff") ? diffView(text) : h("pre", {class: "log"}, text))),
+    d.report ? h("details", {}, h("summary", {}, "report.json"), h("pre", {class: "small"}, JSON.stringify(d.report, null, 2))) : null,
+  );
+}
+
+window.addEventListener("hashchange", () => route());
+window.addEventListener("DOMContentLoaded", () => {
+  route();
+  setInterval(() => { loadSources().catch(() => setConn("server unreachable", false)); }, 10000);
+});
