@@ -1,0 +1,323 @@
+"""``envfarm tasks mine``: real PyPI projects in, harness-validated SWE-bench rows out.
+
+    config = MineConfig(packages=("cachetools==5.3.3",), out=Path("mined/tasks.jsonl"), max_tasks=40)
+    report = asyncio.run(mine(config, progress=print))      # MineReport; rows in config.out
+
+Per package: download the sdist on the host, build the harness env image from its test dependencies,
+run the suite twice in a sandbox (``prepare.py``), then try mutants (``mutate.py``) in a seeded order,
+each in one of ``jobs`` long-lived sandboxes (``runner.py``): a mutant is kept when some baseline tests
+fail and the others pass. Kept mutants become git commits and rows (``repo.py``); every row is validated
+by the harness (``validate.py``) before it is written. Deterministic for a seed: the candidate order
+depends only on the seed and the sdist, and the rows are the first ``max_tasks`` kept mutants in that
+order. Resumable: outcomes are appended to ``<out>.work/`` as they finish and reused on the next run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from envfarm.errors import ConfigError
+from envfarm.sandbox import Backend, get_backend
+
+from . import repo as repo_mod
+from .mutate import Mutation, mutations
+from .prepare import Prepared, prepare, test_files_for
+from .recipe import RECIPES_FILE
+from .runner import TestRun, TestSession
+from .sdist import PackageSpec, parse_spec
+from .state import Outcome, WorkFolder, write_jsonl
+from .statement import problem_statement
+from .validate import Verdict, validate
+
+log = logging.getLogger(__name__)
+
+
+class MineConfig(BaseModel):
+    """Options of :func:`mine` (what ``envfarm tasks mine`` parses its options into)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    packages: tuple[str, ...] = Field(min_length=1)
+    """``NAME==VERSION`` of each PyPI project to mine, in output order."""
+    out: Path
+    """The output JSONL; ``<out>.work/`` holds the resumable state."""
+    max_tasks: int = Field(50, ge=1)
+    """Validated tasks to emit per package (fewer when its mutants run out)."""
+    max_mutants: int | None = Field(None, ge=1)
+    """Mutants tried per package at most (default: 10 x max_tasks)."""
+    seed: int = 0
+    """Orders the mutation sites; the same seed gives the same rows."""
+    backend: str = "docker"
+    """Sandbox backend for the mutant test runs and the validation (docker or bwrap)."""
+    jobs: int = Field(2, ge=1)
+    """Sandboxes testing mutants at the same time."""
+    validate_workers: int = Field(4, ge=1)
+    """Harness instances built and run at the same time during validation."""
+    validate: bool = True
+    """Validate every row with the harness before writing it (turn off only for debugging)."""
+    find_links: tuple[Path, ...] = ()
+    """Download sdists from these folders instead of PyPI (offline tests)."""
+    recipes: Path = RECIPES_FILE
+    """The recipe table (per-project test dependency and test selection overrides)."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A progress event for the CLI."""
+
+    stage: str
+    """``prepare``, ``mutants``, ``validate`` or ``done``."""
+    package: str
+    done: int = 0
+    total: int = 0
+    kept: int = 0
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class PackageReport:
+    package: str
+    candidates: int
+    tried: int
+    """Mutants with an outcome (cached ones included)."""
+    ran: int
+    """Mutants whose tests ran in this invocation."""
+    kept: int
+    validated: int
+    emitted: int
+    tests_passing: int
+    baseline_s: float
+    prepare_s: float
+    mine_s: float
+    verdicts: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MineReport:
+    out: Path
+    rows: int
+    packages: tuple[PackageReport, ...]
+    wall_s: float
+    validate_s: float
+    invalid: tuple[str, ...]
+
+
+ProgressFn = Callable[[Progress], None]
+
+
+def order(candidates: Sequence[Mutation], seed: int, name: str) -> list[Mutation]:
+    """The seeded trial order: shuffled, then dealt round-robin by kind (a mix of operators early)."""
+    rng = random.Random(f"{seed}:{name}")
+    shuffled = list(candidates)
+    rng.shuffle(shuffled)
+    by_kind: dict[str, list[Mutation]] = {}
+    for m in shuffled:
+        by_kind.setdefault(m.kind, []).append(m)
+    out: list[Mutation] = []
+    queues = [by_kind[k] for k in sorted(by_kind)]
+    while any(queues):
+        for q in queues:
+            if q:
+                out.append(q.pop(0))
+    return out
+
+
+async def mine(config: MineConfig, progress: ProgressFn | None = None) -> MineReport:
+    """Mine every package of ``config``, validate, write ``config.out``; see the module docstring."""
+    specs = [parse_spec(p) for p in config.packages]
+    if len({s.name for s in specs}) != len(specs):
+        raise ConfigError("--package names a project twice; give each project once")
+    emit = progress or (lambda event: None)
+    work = WorkFolder(config.out)
+    t0 = time.monotonic()
+    backend = get_backend(config.backend)
+    try:
+        miners = []
+        for spec in specs:
+            miners.append(await _Miner.start(spec, config, work, backend, emit))
+        rows, logs = [], {}
+        for miner in miners:
+            await miner.mine_until(config.max_tasks)
+            r, lg = miner.rows()
+            rows += r
+            logs.update(lg)
+        verdicts, validate_s = await _validate(rows, logs, config, work, emit)
+        for _ in range(2):  # top up packages that lost rows in validation, then validate the new ones
+            short = [m for m in miners if m.valid_count(verdicts) < config.max_tasks and m.can_continue()]
+            if not short or not config.validate:
+                break
+            for m in short:
+                await m.mine_until(config.max_tasks + m.invalid_count(verdicts))
+            rows, logs = [], {}
+            for miner in miners:
+                r, lg = miner.rows()
+                rows += r
+                logs.update(lg)
+            verdicts, more_s = await _validate(rows, logs, config, work, emit)
+            validate_s += more_s
+    finally:
+        await backend.aclose()
+    keep = [r for r in rows if not config.validate or verdicts[r["instance_id"]].ok]
+    final = []
+    for miner in miners:
+        final += [r for r in keep if r["repo"] == miner.prepared.project.repo][: config.max_tasks]
+    write_jsonl(config.out, final)
+    emit(Progress("done", "", len(final), len(final)))
+    reports = tuple(m.report(verdicts, sum(r["repo"] == m.prepared.project.repo for r in final))
+                    for m in miners)
+    invalid = tuple(sorted(i for i, v in verdicts.items() if not v.ok))
+    return MineReport(config.out, len(final), reports, time.monotonic() - t0, validate_s, invalid)
+
+
+async def _validate(rows: list[dict[str, Any]], logs: dict[str, str], config: MineConfig, work: WorkFolder,
+                    emit: ProgressFn) -> tuple[dict[str, Verdict], float]:
+    if not config.validate:
+        return {r["instance_id"]: Verdict(True, False) for r in rows}, 0.0
+    done = 0
+
+    def on_event(event: Any) -> None:
+        nonlocal done
+        if event.phase in ("done", "skipped"):
+            done += 1
+            emit(Progress("validate", event.instance_id, done, len(rows)))
+
+    emit(Progress("validate", "", 0, len(rows)))
+    return await validate(rows, logs, work, config.backend, config.validate_workers, on_event)
+
+
+class _Miner:
+    """One package: its candidates, cached outcomes, and the mutant loop."""
+
+    def __init__(self, prepared: Prepared, config: MineConfig, work: WorkFolder, backend: Backend,
+                 emit: ProgressFn, prepare_s: float) -> None:
+        self.prepared, self.config, self.work, self.backend, self.emit = prepared, config, work, backend, emit
+        p = prepared.project
+        found = [m for f in prepared.layout.source_files for m in mutations(f, p.files[f])]
+        limit = config.max_mutants or 10 * config.max_tasks
+        self.total_candidates = len(found)
+        self.candidates = order(found, config.seed, p.spec.name)[:limit]
+        self.outcomes = work.read_outcomes(p.key, prepared.stamp)
+        self.ran = 0
+        self.prepare_s, self.mine_s = prepare_s, 0.0
+        files = sorted({t.split("::", 1)[0] for t in prepared.passing})
+        self.passing_files = tuple(files)
+
+    @classmethod
+    async def start(cls, spec: PackageSpec, config: MineConfig, work: WorkFolder, backend: Backend,
+                    emit: ProgressFn) -> _Miner:
+        emit(Progress("prepare", spec.name, detail="sdist, test environment, baseline"))
+        t0 = time.monotonic()
+        prepared = await prepare(spec, work, backend, config.find_links, config.recipes)
+        return cls(prepared, config, work, backend, emit, time.monotonic() - t0)
+
+    def kept(self) -> list[Mutation]:
+        """Kept mutants in candidate order, over the prefix of candidates that all have outcomes."""
+        out = []
+        for m in self.candidates:
+            o = self.outcomes.get(m.id)
+            if o is None:
+                break
+            if o.verdict == "kept":
+                out.append(m)
+        return out
+
+    def can_continue(self) -> bool:
+        return any(m.id not in self.outcomes for m in self.candidates)
+
+    async def mine_until(self, target: int) -> None:
+        """Try mutants in order until ``target`` are kept (over a finished prefix) or none are left."""
+        name = self.prepared.project.spec.name
+        self.emit(Progress("mutants", name, len(self.outcomes), len(self.candidates), len(self.kept())))
+        if len(self.kept()) >= target or not self.can_continue():
+            return
+        t0 = time.monotonic()
+        queue = [m for m in self.candidates if m.id not in self.outcomes]
+        lock = asyncio.Lock()
+        p = self.prepared
+
+        async def worker() -> None:
+            async with TestSession.open(self.backend, p.image, p.project.files, p.project.env.test_cmd,
+                                        p.env) as session:
+                while True:
+                    async with lock:
+                        if not queue or len(self.kept()) >= target:
+                            return
+                        m = queue.pop(0)
+                    outcome = await self._try(session, m)
+                    self.outcomes[m.id] = outcome
+                    self.work.append_outcome(p.project.key, p.stamp, outcome)
+                    self.ran += 1
+                    self.emit(Progress("mutants", name, len(self.outcomes), len(self.candidates),
+                                       len(self.kept()), detail=f"{m.kind} {m.file}:{m.line}"))
+
+        async with asyncio.TaskGroup() as tg:
+            for _ in range(min(self.config.jobs, len(queue))):
+                tg.create_task(worker())
+        self.mine_s += time.monotonic() - t0
+
+    async def _try(self, session: TestSession, m: Mutation) -> Outcome:
+        p = self.prepared
+        original = p.project.files[m.file]
+        files = test_files_for(m.file, self.passing_files, p.project.files)
+        run = await session.run_mutant(m.file, m.apply(original), original, files, p.mutant_timeout_s)
+        return judge(m, run, files, p)
+
+    def rows(self) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """Rows of the kept mutants (the repository is written to the work folder) and their test logs."""
+        p = self.prepared
+        bugs = []
+        for m in self.kept():
+            o = self.outcomes[m.id]
+            bugs.append(repo_mod.Bug(m, o.hidden, o.fail_to_pass, o.pass_to_pass, o.problem_statement))
+        path = repo_mod.materialize(p.project, bugs, self.work.repos)
+        table = repo_mod.rows(p.project, bugs, path)
+        logs = {b.instance_id(p.project): self.outcomes[b.mutation.id].log for b in bugs}
+        return table, logs
+
+    def _counts(self, verdicts: dict[str, Verdict]) -> tuple[int, int]:
+        ids = {repo_mod.Bug(m, (), (), (), "").instance_id(self.prepared.project) for m in self.kept()}
+        ok = sum(1 for i in ids if i in verdicts and verdicts[i].ok)
+        return ok, sum(1 for i in ids if i in verdicts) - ok
+
+    def valid_count(self, verdicts: dict[str, Verdict]) -> int:
+        return self._counts(verdicts)[0]
+
+    def invalid_count(self, verdicts: dict[str, Verdict]) -> int:
+        return self._counts(verdicts)[1]
+
+    def report(self, verdicts: dict[str, Verdict], emitted: int) -> PackageReport:
+        counts: dict[str, int] = {}
+        for o in self.outcomes.values():
+            counts[o.verdict] = counts.get(o.verdict, 0) + 1
+        p = self.prepared
+        return PackageReport(str(p.project.spec), self.total_candidates, len(self.outcomes), self.ran,
+                             len(self.kept()), self.valid_count(verdicts), emitted, len(p.passing),
+                             round(p.baseline_s, 2), round(self.prepare_s, 1), round(self.mine_s, 1),
+                             dict(sorted(counts.items())))
+
+
+def judge(m: Mutation, run: TestRun, files: Sequence[str], p: Prepared) -> Outcome:
+    """Keep a mutant when some baseline tests of the run fail and the others pass."""
+    stats = dict(exit_code=run.exit_code, duration_s=round(run.duration_s, 3))
+    if run.timed_out:
+        return Outcome(m.id, "timeout", **stats)  # type: ignore[arg-type]
+    chosen = set(files)
+    selected = [t for t in p.passing if t.split("::", 1)[0] in chosen]
+    failing = tuple(t for t in selected if run.statuses.get(t) != "PASSED")
+    if not failing:
+        return Outcome(m.id, "survived", **stats)  # type: ignore[arg-type]
+    if len(failing) == len(selected):
+        return Outcome(m.id, "broken", **stats)  # type: ignore[arg-type]
+    hidden = tuple(sorted({t.split("::", 1)[0] for t in failing}))
+    p2p = tuple(t for t in p.passing if t.split("::", 1)[0] in hidden and t not in set(failing))
+    text = problem_statement(p.project.spec.name, failing, len(p2p), run.log, m.file)
+    return Outcome(m.id, "kept", failing, p2p, hidden, text, run.log, **stats)  # type: ignore[arg-type]

@@ -1,0 +1,130 @@
+"""Preparing one package for mining: sdist, layout, test environment image, baseline test run.
+
+    prepared = await prepare(spec, config, work, backend, progress)
+    prepared.project, prepared.layout, prepared.image, prepared.passing, prepared.stamp
+
+The environment image is the harness's own env image (``harness.images.build_env`` on the spec this
+writes to ``work/specs``), so mining and validation run the tests in the same environment. The baseline
+runs the whole suite twice; only tests that pass both times count (flaky tests never become
+FAIL_TO_PASS or PASS_TO_PASS).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import re
+import shlex
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from envfarm.errors import BackendUnavailable, ImageError, TaskFactoryError, tail
+from envfarm.harness import SpecCatalog
+from envfarm.harness.images import build_env
+from envfarm.sandbox import Backend
+from envfarm.sandbox.recipes import load_base_recipe
+
+from . import deps
+from .recipe import RECIPES_FILE, Recipe, load_recipe
+from .repo import EnvRecipe, Project, make_project, write_spec
+from .runner import TestSession
+from .sdist import Layout, PackageSpec, download, find_layout, unpack
+from .state import WorkFolder
+
+log = logging.getLogger(__name__)
+
+PYTEST = "python -m pytest -rA -p no:cacheprovider -o addopts= --tb=short"
+HARNESS_TIMEOUT_S = 600.0
+"""The harness's test timeout written into the specs (fixed, so the rows do not depend on timings)."""
+BASELINE_TIMEOUT_S = 900.0
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A package ready for mutants."""
+
+    project: Project
+    recipe: Recipe
+    layout: Layout
+    image: str
+    passing: tuple[str, ...]
+    """Test ids that passed in both baseline runs (sorted)."""
+    baseline_s: float
+    stamp: str
+    """Identifies the baseline (sdist, environment, command); cached outcomes are reused only under it."""
+    env: Mapping[str, str]
+
+    @property
+    def mutant_timeout_s(self) -> float:
+        if self.recipe.timeout_s:
+            return self.recipe.timeout_s
+        return max(self.recipe.min_timeout_s, 4.0 * self.baseline_s)
+
+
+def test_command(recipe: Recipe) -> str:
+    args = [*recipe.pytest_args, *(f"--ignore={p}" for p in recipe.ignore)]
+    return " ".join([PYTEST, *map(shlex.quote, args)])
+
+
+async def prepare(spec: PackageSpec, work: WorkFolder, backend: Backend, find_links: Sequence[Path] = (),
+                  recipes_file: Path = RECIPES_FILE) -> Prepared:
+    """Download, inspect, build the env image and run the baseline (cached in the work folder)."""
+    recipe = load_recipe(spec.name, recipes_file)
+    sd = await asyncio.to_thread(download, spec, work.sdists, find_links)
+    files = await asyncio.to_thread(unpack, sd)
+    layout = find_layout(files, recipe, spec)
+    python = load_base_recipe().python
+    env_recipe = EnvRecipe(deps.test_requirements(files, recipe, python), test_command(recipe),
+                           layout.pythonpath, HARNESS_TIMEOUT_S)
+    project = make_project(spec, sd.path.name, sd.sha256, files, env_recipe)
+    await asyncio.to_thread(write_spec, project, work.specs)
+    env_spec = SpecCatalog([work.specs]).env(project.repo, spec.version)
+    try:
+        built, _ = await asyncio.to_thread(build_env, env_spec)
+    except (ImageError, BackendUnavailable) as e:
+        raise TaskFactoryError(f"{spec}: the test environment did not build ({type(e).__name__}: {e}); "
+                               f"its packages are {list(env_recipe.packages)}: fix them with packages/drop "
+                               f'under [packages."{spec.name}"] in the recipe file') from e
+    env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": layout.pythonpath}
+    stamp = hashlib.sha256("\0".join([sd.sha256, built.tag, env_recipe.test_cmd, *layout.test_paths])
+                           .encode()).hexdigest()[:16]
+    cached = work.read_baseline(project.key, stamp)
+    if cached is None:
+        cached = await _baseline(project, layout, built.tag, backend, env)
+        cached["stamp"] = stamp
+        work.write_baseline(project.key, cached)
+    passing = tuple(cached["passing"])
+    if not passing:
+        raise TaskFactoryError(f"{spec}: no test of the sdist passes in its environment; the log ends:\n"
+                               f"{tail(cached.get('log_tail', ''))}\nfix: add the missing test dependencies "
+                               f'(packages = [...] under [packages."{spec.name}"] in the recipe file)')
+    return Prepared(project, recipe, layout, built.tag, passing, float(cached["duration_s"]), stamp, env)
+
+
+async def _baseline(project: Project, layout: Layout, image: str, backend: Backend,
+                    env: Mapping[str, str]) -> dict[str, object]:
+    t0 = time.monotonic()
+    async with TestSession.open(backend, image, project.files, project.env.test_cmd, env) as session:
+        first = await session.run(layout.test_paths, BASELINE_TIMEOUT_S)
+        second = await session.run(layout.test_paths, BASELINE_TIMEOUT_S)
+    passing = sorted(t for t, s in first.statuses.items()
+                     if s == "PASSED" and second.statuses.get(t) == "PASSED" and "::" in t)
+    flaky = sorted(t for t, s in first.statuses.items()
+                   if (s == "PASSED") != (second.statuses.get(t) == "PASSED"))
+    log.info("%s baseline: %d tests pass twice, %d flaky, %.1fs per run", project.spec, len(passing),
+             len(flaky), (first.duration_s + second.duration_s) / 2)
+    return {"passing": passing, "flaky": flaky, "duration_s": max(first.duration_s, second.duration_s),
+            "log_tail": tail(first.log, 30), "wall_s": time.monotonic() - t0}
+
+
+def test_files_for(module: str, passing_files: tuple[str, ...],
+                   files: Mapping[str, bytes]) -> tuple[str, ...]:
+    """The test files that mention ``module``'s import name; all of them when none does."""
+    parts = module.removesuffix(".py").split("/")
+    name = parts[-2] if parts[-1] == "__init__" and len(parts) > 1 else parts[-1]
+    word = re.compile(rf"\b{re.escape(name)}\b".encode())
+    chosen = tuple(f for f in passing_files if word.search(files.get(f, b"")))
+    return chosen or passing_files
