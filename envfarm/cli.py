@@ -79,6 +79,7 @@ from envfarm.commands import envs as _envs  # noqa: E402
 from envfarm.commands import farm as _farm  # noqa: E402
 from envfarm.commands import harness as _harness  # noqa: E402
 from envfarm.commands import images as _images  # noqa: E402
+from envfarm.commands import serve as _serve  # noqa: E402
 from envfarm.commands import tasks as _tasks  # noqa: E402
 from envfarm.commands.sandbox import sandbox_app  # noqa: E402
 
@@ -92,6 +93,7 @@ app.command(name="eval")(_farm.eval_command)
 app.add_typer(_harness.app, name="harness")
 app.add_typer(_tasks.app, name="tasks")
 app.command(name="dashboard")(_dashboard.dashboard)
+app.command(name="serve")(_serve.serve)
 # ------------------------------------------------------------------------------------------------
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -42,6 +42,9 @@ class GenRequest:
     max_tokens: int = 64
     generator: torch.Generator | None = None
     """Random source for this request's rows; None: the batch's shared one."""
+    on_token: Callable[[int, int, float], None] | None = None
+    """Streaming: called from the generating thread as ``on_token(sample_index, token_id, logprob)`` for
+    each new token of each of this request's samples, in order (eos included); costs a host sync per step."""
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,7 @@ def generate_batch(policy: Policy, requests: Sequence[GenRequest], *,
     use_autocast = dev.type == "cuda" if autocast is None else autocast
     amp = torch.autocast(dev.type, dtype=torch.bfloat16) if use_autocast else contextlib.nullcontext()
     with torch.inference_mode(), amp:
-        out_ids, out_lp, steps = _decode(policy, ids, valid, new, max_new, sampler, every)
+        out_ids, out_lp, steps = _decode(policy, ids, valid, new, max_new, sampler, every, _emitter(rows))
     out_ids_l, out_lp_l = out_ids.tolist(), out_lp.tolist()
     samples: list[list[Sample]] = [[] for _ in requests]
     completion = 0
@@ -117,6 +120,25 @@ def generate_batch(policy: Policy, requests: Sequence[GenRequest], *,
     return Generation(samples, R, prompt_tokens, completion, steps, time.perf_counter() - t0)
 
 
+def _emitter(rows: Sequence[tuple[int, GenRequest]]) -> Callable[[Tensor, Tensor, Tensor], None] | None:
+    """For streaming rows: a per-step hook calling their ``on_token`` for rows still generating."""
+    streams, seen = [], [0] * (max((i for i, _ in rows), default=0) + 1)
+    for j, (i, r) in enumerate(rows):
+        if r.on_token is not None:
+            streams.append((j, r.on_token, seen[i]))
+        seen[i] += 1
+    if not streams:
+        return None
+
+    def emit(token: Tensor, logprob: Tensor, active: Tensor) -> None:
+        toks, lps, act = token.tolist(), logprob.tolist(), active.tolist()
+        for row, fn, k in streams:
+            if act[row]:
+                fn(k, toks[row], lps[row])
+
+    return emit
+
+
 def _trim(ids: list[int], lps: list[float], eos: int, budget: int) -> tuple[list[int], list[float]]:
     end = min(budget, len(ids))
     if eos in ids[:end]:
@@ -125,7 +147,7 @@ def _trim(ids: list[int], lps: list[float], eos: int, budget: int) -> tuple[list
 
 
 def _decode(policy: Policy, ids: Tensor, valid: Tensor, new: Tensor, max_new: int, sampler: _Sampler,
-            every: int) -> tuple[Tensor, Tensor, int]:
+            every: int, emit: Callable[[Tensor, Tensor, Tensor], None] | None) -> tuple[Tensor, Tensor, int]:
     """Prefill + decode loop; returns (tokens [R, max_new], logprobs [R, max_new], decode steps)."""
     module, eos, pad = policy.module, policy.tokenizer.eos_id, policy.tokenizer.pad_id
     R, P = ids.shape
@@ -142,6 +164,8 @@ def _decode(policy: Policy, ids: Tensor, valid: Tensor, new: Tensor, max_new: in
         token, lp = sampler(logits)
         token = torch.where(done, pad, token)
         out_ids[:, step], out_lp[:, step] = token, lp
+        if emit is not None:
+            emit(token, lp, ~done)
         count += (~done).long()
         done |= (token == eos) | (count >= new)
         if step == max_new - 1 or ((step + 1) % every == 0 and bool(done.all())):

@@ -40,8 +40,9 @@ class ModelConfig:
     """Attention heads; ``d_model`` must divide evenly."""
     d_ff: int = 512
     """Hidden width of the MLP."""
-    max_context: int = 1024
-    """Longest sequence (prompt + completion) the model handles; RoPE tables are this long."""
+    max_context: int = 2048
+    """Longest sequence (prompt + completion) the model handles; RoPE tables are this long. Byte-level
+    ToolCalc prompts are ~650 tokens and grow by each turn and tool answer: 1024 overflows on turn 2-3."""
     rope_theta: float = 10000.0
     """RoPE base frequency."""
     norm_eps: float = 1e-5
@@ -63,8 +64,8 @@ class ModelConfig:
 
 PRESETS: dict[str, ModelConfig] = {
     "tiny-cpu": ModelConfig(),
-    "small": ModelConfig(d_model=512, n_layers=8, n_heads=8, d_ff=2048, max_context=2048),
-    "base": ModelConfig(d_model=768, n_layers=12, n_heads=12, d_ff=3072, max_context=2048),
+    "small": ModelConfig(d_model=512, n_layers=8, n_heads=8, d_ff=2048, max_context=4096),
+    "base": ModelConfig(d_model=768, n_layers=12, n_heads=12, d_ff=3072, max_context=4096),
 }
 """``tiny-cpu`` (~0.82M, trains on 2 cores), ``small`` (~25M) and ``base`` (~85M) for GPUs."""
 

@@ -1,0 +1,59 @@
+"""``envfarm serve``: the OpenAI-compatible policy server (``trainer/server.py``) for a built-in preset, an
+envfarm checkpoint or a Hugging Face folder.
+
+    envfarm serve --preset tiny-cpu --port 8000
+    envfarm farm run --env envfarm/ToolCalc-v0 --policy openai:http://127.0.0.1:8000/v1 --episodes 10
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+log = logging.getLogger(__name__)
+console = Console(stderr=True)
+
+
+def serve(
+    preset: Annotated[str, typer.Option(help="Built-in model preset (random init): tiny-cpu, small, base.")]
+    = "tiny-cpu",
+    checkpoint: Annotated[Path | None, typer.Option(
+        help="Serve this folder instead: an envfarm checkpoint (spec.json + model.safetensors) or a Hugging "
+             "Face model folder (config.json; needs envfarm[hf]).")] = None,
+    host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: any free port).")] = 8000,
+    device: Annotated[str | None, typer.Option(help="cpu, cuda or cuda:N [default: cuda when available].")]
+    = None,
+    max_batch: Annotated[int, typer.Option(min=1, help="Most rows (requests x n) per forward batch.")] = 32,
+    batch_window_ms: Annotated[float, typer.Option(min=0, help="Wait this long for requests to batch.")]
+    = 5.0,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Default completion length (clipped to context).")]
+    = 512,
+    seed: Annotated[int, typer.Option(help="Seed of the preset's initial weights and of sampling.")] = 0,
+    threads: Annotated[int | None, typer.Option(min=1, help="torch CPU threads [default: torch's].")] = None,
+) -> None:
+    """Serve a policy over OpenAI-compatible HTTP: /v1/models, /v1/chat/completions, POST /weights."""
+    import torch
+
+    from envfarm.trainer.policy import load_policy
+    from envfarm.trainer.server import ServerConfig, serve_forever
+
+    if threads:
+        torch.set_num_threads(threads)
+    policy = load_policy(preset=None if checkpoint else preset, path=checkpoint, device=device, seed=seed)
+    config = ServerConfig(max_batch=max_batch, batch_window_ms=batch_window_ms, max_tokens=max_tokens,
+                          seed=seed)
+
+    def ready(url: str) -> None:
+        console.print(f"serving [bold]{policy.name}[/bold] ({policy.num_params() / 1e6:.2f}M params, "
+                      f"{policy.device}, weights v{policy.version}) at [bold]{url}/v1[/bold]; Ctrl-C stops",
+                      highlight=False)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve_forever(policy, config, host, port, ready))

@@ -1,0 +1,336 @@
+"""``envfarm serve``: an OpenAI-compatible policy server for a :class:`Policy`, with batching and hot swaps.
+
+    server = PolicyServer(load_policy("tiny-cpu"), ServerConfig(max_batch=32))
+    await server.start("127.0.0.1", 8000)          # server.url == "http://127.0.0.1:8000"
+    ...                                            # openai.OpenAI(base_url=server.url + "/v1", api_key="x")
+    await server.stop()
+
+Routes: ``GET /v1/models``, ``POST /v1/chat/completions`` (tools, n, logprobs, temperature/top_p/max_tokens,
+seed, stream), ``POST /weights`` (or ``/v1/weights``; safetensors body, ``X-Weight-Version`` header),
+``GET /health``. Every response names the weight version (``X-Weight-Version`` header, ``weight_version``
+field). Bad requests get an OpenAI-style error object with status 400, never a traceback.
+
+Batching: requests land in a queue; one scheduler task waits ``batch_window_ms`` after the first, takes up
+to ``max_batch`` rows (a request with ``n`` samples is n rows) and runs prefill + decode for all of them in
+one call of :func:`generate_batch`, in a worker thread so the event loop keeps accepting requests. Requests
+arriving meanwhile form the next batch. A weight swap takes the same lock as a batch: it lands between
+batches, no request is dropped, and each response reports the version that produced all of its tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from aiohttp import web
+
+from envfarm.errors import ConfigError, FarmError, WeightsError
+
+from .base import VERSION_HEADER
+from .generate import Generation, GenRequest, check_request, generate_batch
+from .openai_api import ChatRequest, RequestError, error_body, parse_chat_request
+from .policy import Policy, WeightVersion
+from .streaming import complete_response, stream_response
+from .weights import decode_state, load_into
+
+log = logging.getLogger(__name__)
+MAX_BODY = 16 << 30
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How the server batches and samples."""
+
+    max_batch: int = 32
+    """Most rows (prompts x n) in one forward batch."""
+    batch_window_ms: float = 5.0
+    """How long the scheduler waits after the first queued request for others to join its batch."""
+    max_tokens: int = 512
+    """Completion length when a request gives no ``max_tokens`` (always clipped to the context left)."""
+    seed: int = 0
+    """Seed of the shared random source of requests without their own ``seed``."""
+
+
+@dataclass
+class ServerStats:
+    """Counters since start (mutable, read by tests and ``/health``)."""
+
+    requests: int = 0
+    batches: int = 0
+    rows: int = 0
+    forward_passes: int = 0
+    """Prefill + decode steps, over all batches."""
+    completion_tokens: int = 0
+    swaps: int = 0
+    max_batch_rows: int = 0
+    generate_s: float = 0.0
+
+
+@dataclass
+class Pending:
+    """One queued request: what to sample and the future its handler awaits."""
+
+    gen: GenRequest
+    future: asyncio.Future[tuple[Generation, int, WeightVersion]]
+    chat: ChatRequest
+    prompt: list[int] = field(default_factory=list)
+    version: WeightVersion = None
+    """Set when its batch starts: the weights that sample it."""
+    events: asyncio.Queue[Any] | None = None
+    """Streaming: tokens arrive here, then None when the batch is over."""
+
+
+class PolicyServer:
+    """The aiohttp app around one :class:`Policy`; usable in-process (``start``/``stop``) or via the CLI."""
+
+    def __init__(self, policy: Policy, config: ServerConfig | None = None) -> None:
+        self.policy = policy
+        self.config = config or ServerConfig()
+        if self.config.max_batch < 1:
+            raise ConfigError(f"max_batch must be >= 1, got {self.config.max_batch}")
+        self.stats = ServerStats()
+        self.url = ""
+        self._queue: deque[Pending] = deque()
+        self._wake = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._generator = torch.Generator(policy.device).manual_seed(self.config.seed)
+        self._scheduler: asyncio.Task[None] | None = None
+        self._runner: web.AppRunner | None = None
+        self.app = self._build_app()
+
+    @property
+    def model_name(self) -> str:
+        return self.policy.name
+
+    @property
+    def version(self) -> WeightVersion:
+        return self.policy.version
+
+    # ------------------------------------------------------------------------------------ lifecycle
+
+    def _build_app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[self._errors])
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/models", self._models)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/chat/completions", self._chat)
+        app.router.add_post("/weights", self._weights)
+        app.router.add_post("/v1/weights", self._weights)
+        app.router.add_get("/health", self._health)
+        app.on_startup.append(self._on_startup)
+        app.on_cleanup.append(self._on_cleanup)
+        return app
+
+    async def _on_startup(self, _app: web.Application) -> None:
+        self._scheduler = asyncio.create_task(self._schedule(), name="policy-server-scheduler")
+
+    async def _on_cleanup(self, _app: web.Application) -> None:
+        task, self._scheduler = self._scheduler, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        while self._queue:
+            pending = self._queue.popleft()
+            if not pending.future.done():
+                pending.future.set_exception(ConnectionError("policy server stopped"))
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Listen on ``host:port`` (0: a free port); returns and sets :attr:`url` (no ``/v1``)."""
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        try:
+            await site.start()
+        except OSError as e:
+            await self._runner.cleanup()
+            self._runner = None
+            raise ConfigError(f"cannot listen on {host}:{port} ({e}); pick another --port") from e
+        bound = self._runner.addresses[0][1] if port == 0 else port
+        self.url = f"http://{host}:{bound}"
+        log.info("serving %s (weights %r) at %s/v1", self.model_name, self.version, self.url)
+        return self.url
+
+    async def stop(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await asyncio.shield(runner.cleanup())
+
+    async def __aenter__(self) -> PolicyServer:
+        if self._runner is None:
+            await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # ------------------------------------------------------------------------------------- handlers
+
+    def _headers(self, version: WeightVersion | None = None) -> dict[str, str]:
+        return {VERSION_HEADER: str(self.version if version is None else version)}
+
+    @web.middleware
+    async def _errors(self, request: web.Request,
+                      handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except RequestError as e:
+            return web.json_response(error_body(str(e), param=e.param, code=e.code), status=400,
+                                     headers=self._headers())
+        except (ConfigError, WeightsError) as e:
+            return web.json_response(error_body(str(e)), status=400, headers=self._headers())
+        except web.HTTPException as e:
+            if e.status < 400:
+                raise
+            return web.json_response(error_body(f"{request.method} {request.path}: {e.reason}",
+                                                kind="not_found_error" if e.status == 404 else
+                                                "invalid_request_error"), status=e.status)
+        except (FarmError, ConnectionError, RuntimeError, ValueError) as e:
+            log.exception("policy server failed on %s %s", request.method, request.path)
+            body = error_body(f"internal error: {type(e).__name__}: {e}", kind="server_error")
+            return web.json_response(body, status=500, headers=self._headers())
+
+    async def _models(self, _request: web.Request) -> web.Response:
+        card = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "envfarm",
+                "max_model_len": self.policy.max_context, "weight_version": self.version}
+        return web.json_response({"object": "list", "data": [card], "weight_version": self.version},
+                                 headers=self._headers())
+
+    async def _health(self, _request: web.Request) -> web.Response:
+        stats = dict(vars(self.stats))
+        return web.json_response({"status": "ok", "model": self.model_name, "weight_version": self.version,
+                                  "queued": len(self._queue), "stats": stats}, headers=self._headers())
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except json.JSONDecodeError as e:
+            raise RequestError(f"the body is not JSON ({e})") from e
+        chat = parse_chat_request(body, self.model_name)
+        prompt = self.policy.encode_prompt(chat.messages, chat.tools)
+        gen = GenRequest(prompt, n=chat.n, temperature=chat.temperature, top_p=chat.top_p,
+                         max_tokens=chat.max_tokens or self.config.max_tokens,
+                         generator=None if chat.seed is None else
+                         torch.Generator(self.policy.device).manual_seed(chat.seed))
+        try:
+            check_request(self.policy, gen)
+        except ConfigError as e:
+            raise RequestError(str(e), param="messages", code="context_length_exceeded") from e
+        self.stats.requests += 1
+        if chat.stream:
+            return await stream_response(self, request, Pending(gen, self._future(), chat, prompt))
+        result = await self.submit(Pending(gen, self._future(), chat, prompt))
+        return complete_response(self, result, chat, prompt)
+
+    def _future(self) -> asyncio.Future[Any]:
+        return asyncio.get_running_loop().create_future()
+
+    def enqueue(self, pending: Pending) -> None:
+        """Queue ``pending`` for the next batch; its future gets (generation, its index, weight version)."""
+        self._queue.append(pending)
+        self._wake.set()
+
+    async def submit(self, pending: Pending) -> tuple[Generation, int, WeightVersion]:
+        self.enqueue(pending)
+        return await pending.future
+
+    async def _weights(self, request: web.Request) -> web.Response:
+        t0 = time.perf_counter()
+        blob = await request.read()
+        version = self._next_version(request.headers.get(VERSION_HEADER))
+        state = await asyncio.to_thread(decode_state, blob)
+        async with self._lock:  # between batches: no batch sees two versions
+            await asyncio.to_thread(load_into, self.policy, state, version)
+            self.stats.swaps += 1
+        seconds = time.perf_counter() - t0
+        log.info("weights v%s loaded (%d bytes, %.3fs)", version, len(blob), seconds)
+        return web.json_response({"version": version, "bytes": len(blob), "seconds": seconds},
+                                 headers=self._headers(version))
+
+    def _next_version(self, header: str | None) -> WeightVersion:
+        if header is None or not header.strip():
+            current = self.version
+            if isinstance(current, int):
+                return current + 1
+            raise RequestError(f"send the weight version in the {VERSION_HEADER} header")
+        text = header.strip()
+        return int(text) if text.lstrip("-").isdigit() else text
+
+    # ------------------------------------------------------------------------------------ scheduler
+
+    async def _schedule(self) -> None:
+        while True:
+            batch = await self._next_batch()
+            if batch:
+                await self._run(batch)
+
+    async def _next_batch(self) -> list[Pending]:
+        while not self._queue:
+            self._wake.clear()
+            await self._wake.wait()
+        if sum(p.gen.n for p in self._queue) < self.config.max_batch and self.config.batch_window_ms > 0:
+            await asyncio.sleep(self.config.batch_window_ms / 1000)
+        batch: list[Pending] = []
+        rows = 0
+        while self._queue:
+            nxt = self._queue[0]
+            if nxt.future.done():  # the client went away
+                self._queue.popleft()
+                continue
+            if batch and rows + nxt.gen.n > self.config.max_batch:
+                break
+            batch.append(self._queue.popleft())
+            rows += nxt.gen.n
+        return batch
+
+    async def _run(self, batch: list[Pending]) -> None:
+        try:
+            async with self._lock:
+                version = self.version
+                for p in batch:
+                    p.version = version
+                gen = await asyncio.to_thread(generate_batch, self.policy, [p.gen for p in batch],
+                                              generator=self._generator)
+        except Exception as e:
+            log.exception("batch of %d requests failed", len(batch))
+            for p in batch:
+                if not p.future.done():
+                    p.future.set_exception(RuntimeError(f"generation failed: {type(e).__name__}: {e}"))
+                if p.events is not None:
+                    p.events.put_nowait(None)
+            return
+        s = self.stats
+        s.batches, s.rows = s.batches + 1, s.rows + gen.rows
+        s.max_batch_rows = max(s.max_batch_rows, gen.rows)
+        s.forward_passes += 1 + gen.steps
+        s.completion_tokens += gen.completion_tokens
+        s.generate_s += gen.seconds
+        for i, p in enumerate(batch):
+            if not p.future.done():
+                p.future.set_result((gen, i, version))
+            if p.events is not None:
+                p.events.put_nowait(None)
+
+
+async def serve_forever(policy: Policy, config: ServerConfig, host: str, port: int,
+                        ready: Callable[[str], None] | None = None) -> None:
+    """Run a server until cancelled (Ctrl-C in the CLI)."""
+    server = PolicyServer(policy, config)
+    url = await server.start(host, port)
+    if ready is not None:
+        ready(url)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await server.stop()
+
+
+__all__ = ["Pending", "PolicyServer", "ServerConfig", "ServerStats", "serve_forever"]
