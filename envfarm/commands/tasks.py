@@ -51,7 +51,7 @@ def mine_command(
     try:
         config = MineConfig(packages=tuple(package), out=out, max_tasks=max_tasks, max_mutants=max_mutants,
                             seed=seed, backend=backend, jobs=jobs, validate_workers=validate_workers,
-                            validate=not no_validate, find_links=tuple(find_links or ()))
+                            harness_check=not no_validate, find_links=tuple(find_links or ()))
     except ValidationError as e:
         first = e.errors()[0]
         raise ConfigError(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}") from None

@@ -62,7 +62,7 @@ class MineConfig(BaseModel):
     """Sandboxes testing mutants at the same time."""
     validate_workers: int = Field(4, ge=1)
     """Harness instances built and run at the same time during validation."""
-    validate: bool = True
+    harness_check: bool = True
     """Validate every row with the harness before writing it (turn off only for debugging)."""
     find_links: tuple[Path, ...] = ()
     """Download sdists from these folders instead of PyPI (offline tests)."""
@@ -153,7 +153,7 @@ async def mine(config: MineConfig, progress: ProgressFn | None = None) -> MineRe
         verdicts, validate_s = await _validate(rows, logs, config, work, emit)
         for _ in range(2):  # top up packages that lost rows in validation, then validate the new ones
             short = [m for m in miners if m.valid_count(verdicts) < config.max_tasks and m.can_continue()]
-            if not short or not config.validate:
+            if not short or not config.harness_check:
                 break
             for m in short:
                 await m.mine_until(config.max_tasks + m.invalid_count(verdicts))
@@ -166,7 +166,7 @@ async def mine(config: MineConfig, progress: ProgressFn | None = None) -> MineRe
             validate_s += more_s
     finally:
         await backend.aclose()
-    keep = [r for r in rows if not config.validate or verdicts[r["instance_id"]].ok]
+    keep = [r for r in rows if not config.harness_check or verdicts[r["instance_id"]].ok]
     final = []
     for miner in miners:
         final += [r for r in keep if r["repo"] == miner.prepared.project.repo][: config.max_tasks]
@@ -180,7 +180,7 @@ async def mine(config: MineConfig, progress: ProgressFn | None = None) -> MineRe
 
 async def _validate(rows: list[dict[str, Any]], logs: dict[str, str], config: MineConfig, work: WorkFolder,
                     emit: ProgressFn) -> tuple[dict[str, Verdict], float]:
-    if not config.validate:
+    if not config.harness_check:
         return {r["instance_id"]: Verdict(True, False) for r in rows}, 0.0
     done = 0
 

@@ -1,0 +1,131 @@
+"""``envfarm tasks mine`` end to end on a tiny project served from a local index: real pip download, real
+env image, real sandboxes, real harness validation; then the rows in the harness CLI and in CodeRepair-v0."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import gymnasium
+import pytest
+from typer.testing import CliRunner
+
+import envfarm.envs  # noqa: F401  (registers CodeRepair-v0)
+from envfarm.cli import app
+
+from .tinyproject import FILES, NAME, VERSION, write_sdist
+
+pytestmark = pytest.mark.docker
+SPEC = f"{NAME}=={VERSION}"
+TESTS = {
+    "tests/test_clamp.py": ["test_above", "test_below", "test_inside", "test_type"],
+    "tests/test_stats.py": ["test_callable", "test_mean", "test_mean_empty", "test_total"],
+}
+
+
+def mine(out: Path, index: Path, *extra: str) -> tuple[int, str]:
+    res = CliRunner().invoke(app, ["tasks", "mine", "--package", SPEC, "--out", str(out), "--find-links",
+                                   str(index), "--max-tasks", "4", "--max-mutants", "40", "--seed", "3",
+                                   "--report", str(out.with_suffix(".report.json")), *extra])
+    return res.exit_code, res.output
+
+
+@pytest.fixture(scope="module")
+def mined(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    root = tmp_path_factory.mktemp("mine")
+    write_sdist(root / "index")
+    code, output = mine(root / "a" / "tasks.jsonl", root / "index")
+    assert code == 0, output
+    yield root, root / "a" / "tasks.jsonl"
+
+
+def rows(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_rows_are_validated_bugs_with_hidden_tests(mined: tuple[Path, Path]) -> None:
+    _, out = mined
+    table = rows(out)
+    assert len(table) == 4
+    report = json.loads(out.with_suffix(".report.json").read_text())
+    (pkg,) = report["packages"]
+    assert pkg["emitted"] == 4 and pkg["validated"] >= 4 and not report["invalid"]
+    for row in table:
+        src = row["envfarm_source"]
+        assert isinstance(src, dict)
+        module = src["mutation"]["file"].rsplit("/", 1)[-1].removesuffix(".py")
+        assert src["hidden_tests"] == [f"tests/test_{module}.py"]  # the mutated module's own test file
+        f2p, p2p = json.loads(str(row["FAIL_TO_PASS"])), json.loads(str(row["PASS_TO_PASS"]))
+        names = sorted(t.split("::")[1] for t in f2p + p2p)
+        assert f2p and names == TESTS[f"tests/test_{module}.py"]  # F2P + P2P = the file's tests
+        assert row["repo"] == f"pypi/{NAME}" and row["version"] == VERSION
+        assert str(row["patch"]).count("\n-") >= 1 and src["mutation"]["file"] in str(row["patch"])
+        assert "new file mode" in str(row["test_patch"])
+        text = str(row["problem_statement"])
+        assert all(f"`{t}`" in text for t in f2p[:8])
+        edit = str(src["mutation"]["text"])
+        assert len(edit) < 4 or edit not in text.split("```")[0]  # the statement never shows the change
+
+
+def test_same_seed_same_bytes_and_resume_skips_work(mined: tuple[Path, Path]) -> None:
+    root, out = mined
+    before = out.read_bytes()
+    code, output = mine(out, root / "index")  # resume: every outcome and harness report is cached
+    assert code == 0, output
+    report = json.loads(out.with_suffix(".report.json").read_text())
+    assert report["packages"][0]["ran"] == 0 and out.read_bytes() == before
+    fresh = root / "b" / "tasks.jsonl"
+    code, output = mine(fresh, root / "index")  # a fresh work folder: the same bytes
+    assert code == 0, output
+    assert fresh.read_bytes() == before
+
+
+def test_harness_cli_resolves_gold_on_rebuilt_repos(mined: tuple[Path, Path]) -> None:
+    root, out = mined
+    runner = CliRunner()
+    rebuilt = root / "rebuilt"
+    res = runner.invoke(app, ["tasks", "repos", "--tasks", str(out), "--out", str(rebuilt), "--find-links",
+                              str(root / "index")])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["harness", "run", "--instances", str(out), "--predictions", "gold", "--run-id",
+                              "gold", "--repo-source", str(rebuilt / "repos"), "--specs",
+                              str(rebuilt / "specs"), "--report-dir", str(root / "reports")])
+    assert res.exit_code == 0, res.output
+    assert "resolved 4/4" in res.output
+
+
+def test_code_repair_env_takes_the_mined_jsonl(mined: tuple[Path, Path]) -> None:
+    _, out = mined
+    work = Path(f"{out}.work")
+    env = gymnasium.make("envfarm/CodeRepair-v0", tasks=str(out), repo_source=str(work / "repos"),
+                         specs=[str(work / "specs")], backend="docker")
+    try:
+        obs, info = env.reset(seed=1)
+        assert "Failing tests" in obs
+        reward, done = 0.0, False
+        for action in env.unwrapped.oracle():  # type: ignore[attr-defined]
+            obs, reward, done, _, info = env.step(action)
+        assert done and reward == 1.0 and info["resolved"]
+        env.reset(seed=2)
+        obs, reward, done, _, info = env.step('{"name": "submit", "arguments": {}}')
+        assert done and reward == 0.0 and not info["resolved"]  # the unfixed bug does not resolve
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--package", "tinycalc"], "is not NAME==VERSION"),
+    (["--package", "envfarm-nosuch==1.0"], "no source distribution of envfarm-nosuch==1.0"),
+    (["--package", "envfarm-notests==1.0"], "ships no tests"),
+])
+def test_bad_input_is_one_error_line_exit_2(mined: tuple[Path, Path], args: list[str], message: str) -> None:
+    root, _ = mined
+    pyproject = FILES["pyproject.toml"].replace(NAME, "envfarm-notests").replace(VERSION, "1.0")
+    write_sdist(root / "index", {"pyproject.toml": pyproject.replace("tinycalc", "notests"),
+                                 "notests/__init__.py": "x = 1\n"}, "envfarm-notests", "1.0")
+    res = CliRunner().invoke(app, ["tasks", "mine", *args, "--out", str(root / "bad" / "t.jsonl"),
+                                   "--find-links", str(root / "index")])
+    assert res.exit_code == 2, res.output
+    assert "error:" in res.output and "Traceback" not in res.output
+    assert message in " ".join(res.output.split())

@@ -1,0 +1,89 @@
+"""AST mutations: each operator's edit, minimal diffs, compiling mutants, a stable seeded order."""
+
+from __future__ import annotations
+
+import pytest
+
+from envfarm.envs.code_repair.factory.mine import order
+from envfarm.envs.code_repair.factory.mutate import Mutation, mutations
+
+SOURCE = b'''\
+def f(xs, n, flag):
+    """Docstring: x < y is never mutated."""
+    total = 0
+    for i in range(n):
+        total += xs[i]
+    if total < 10 and flag:
+        return total + 1
+    while n >= 0:
+        n -= 1
+    print(xs[1:n], max(n, 2))
+    return True
+'''
+
+
+def edits(kind: str) -> list[str]:
+    out = []
+    for m in mutations("pkg/mod.py", SOURCE):
+        if m.kind == kind:
+            line = m.apply(SOURCE).decode().splitlines()[m.line - 1] if m.text else "<dropped>"
+            out.append(line.strip())
+    return out
+
+
+@pytest.mark.parametrize(("kind", "expected"), [
+    ("compare", ["if total <= 10 and flag:", "while n > 0:"]),
+    ("boolop", ["if total < 10 or flag:"]),
+    ("binop", ["return total - 1"]),
+    ("off_by_one", ["for i in range(n - 1):", "print(xs[2:n], max(n, 2))", "print(xs[1:n - 1], max(n, 2))"]),
+    ("negate", ["if not (total < 10 and flag):", "while not (n >= 0):"]),
+    ("swap_args", ["print(max(n, 2), xs[1:n])", "print(xs[1:n], max(2, n))"]),
+    ("no_return", ["total + 1", "True"]),
+])
+def test_each_operator_rewrites_one_segment(kind: str, expected: list[str]) -> None:
+    assert sorted(edits(kind)) == sorted(expected)
+
+
+def test_constants_drops_and_docstrings() -> None:
+    consts = edits("constant")
+    assert "total = 1" in consts and "return False" in consts and "if total < 11 and flag:" in consts
+    dropped = [m for m in mutations("pkg/mod.py", SOURCE) if m.kind == "drop"]
+    assert dropped and all(m.text == "" for m in dropped)
+    assert not any(m.line == 2 for m in mutations("pkg/mod.py", SOURCE))  # the docstring line
+
+
+def test_every_mutant_compiles_differs_and_reverses() -> None:
+    found = mutations("pkg/mod.py", SOURCE)
+    assert len({m.id for m in found}) == len(found) > 20
+    for m in found:
+        buggy = m.apply(SOURCE)
+        assert buggy != SOURCE
+        compile(buggy, "mutant", "exec")
+        assert buggy[: m.start] + SOURCE[m.start:m.end] + buggy[m.start + len(m.text.encode()):] == SOURCE
+
+
+def test_unicode_offsets_are_bytes() -> None:
+    src = "def g(s):\n    return 'é' == s or s < 'ü'\n".encode()
+    swaps = [m.apply(src).decode() for m in mutations("m.py", src) if m.kind in ("compare", "boolop")]
+    assert "def g(s):\n    return 'é' != s or s < 'ü'\n" in swaps
+    assert "def g(s):\n    return 'é' == s and s < 'ü'\n" in swaps
+
+
+def test_unparsable_source_has_no_mutations() -> None:
+    assert mutations("bad.py", b"def (:\n") == []
+
+
+def test_order_is_seeded_stable_and_mixes_kinds() -> None:
+    found = mutations("pkg/mod.py", SOURCE)
+    a, b = order(found, 7, "pkg"), order(list(reversed(found)), 7, "pkg")
+    assert [m.id for m in a] != [m.id for m in found]
+    assert order(found, 7, "pkg") == a
+    assert order(found, 8, "pkg") != a
+    assert len({m.kind for m in a[:6]}) == 6
+    assert sorted(m.id for m in b) == sorted(m.id for m in a)
+
+
+def test_mutation_id_is_content_addressed() -> None:
+    m = Mutation("a.py", "compare", 3, 4, "<=", 1)
+    assert m.id == Mutation("a.py", "compare", 3, 4, "<=", 9).id
+    assert m.id != Mutation("b.py", "compare", 3, 4, "<=", 1).id
