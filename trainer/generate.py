@@ -107,7 +107,9 @@ def generate_batch(policy: Policy, requests: Sequence[GenRequest], *,
     use_autocast = dev.type == "cuda" if autocast is None else autocast
     amp = torch.autocast(dev.type, dtype=torch.bfloat16) if use_autocast else contextlib.nullcontext()
     with torch.inference_mode(), amp:
-        out_ids, out_lp, steps = _decode(policy, ids, valid, new, max_new, sampler, every, _emitter(rows))
+        cache_dtype = torch.bfloat16 if use_autocast else None
+        out_ids, out_lp, steps = _decode(policy, ids, valid, new, max_new, sampler, every, _emitter(rows),
+                                         cache_dtype)
     out_ids_l, out_lp_l = out_ids.tolist(), out_lp.tolist()
     samples: list[list[Sample]] = [[] for _ in requests]
     completion = 0
@@ -147,12 +149,14 @@ def _trim(ids: list[int], lps: list[float], eos: int, budget: int) -> tuple[list
 
 
 def _decode(policy: Policy, ids: Tensor, valid: Tensor, new: Tensor, max_new: int, sampler: _Sampler,
-            every: int, emit: Callable[[Tensor, Tensor, Tensor], None] | None) -> tuple[Tensor, Tensor, int]:
+            every: int, emit: Callable[[Tensor, Tensor, Tensor], None] | None,
+            cache_dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor, int]:
     """Prefill + decode loop; returns (tokens [R, max_new], logprobs [R, max_new], decode steps)."""
     module, eos, pad = policy.module, policy.tokenizer.eos_id, policy.tokenizer.pad_id
     R, P = ids.shape
     positions = (valid[:, :P].long().cumsum(1) - 1).clamp(min=0)
-    cache = module.new_cache(R, P + max_new)
+    cache = module.new_cache(R, P + max_new) if cache_dtype is None else \
+        module.new_cache(R, P + max_new, dtype=cache_dtype)
     logits = module(ids, positions=positions, key_mask=valid[:, :P], cache=cache, last_only=True)[:, -1]
     next_pos = positions[:, -1:] + 1
     out_ids = torch.full((R, max_new), pad, dtype=torch.long, device=ids.device)

@@ -13,6 +13,7 @@ would sample; ``prompt + completion`` of turn k is a prefix of the prompt of tur
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -74,6 +75,15 @@ class Policy:
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.module.parameters())
+
+
+def clone_policy(policy: Policy, device: str | torch.device | None = None) -> Policy:
+    """A copy with its own module (e.g. the server's copy while the learner trains the original)."""
+    import copy
+
+    dev = policy.device if device is None else resolve_device(device)
+    module = copy.deepcopy(policy.module).to(dev).eval()
+    return dataclasses.replace(policy, module=module, device=dev)
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -172,5 +182,5 @@ def save_policy(policy: Policy, folder: str | Path) -> Path:
     return out
 
 
-__all__ = ["DEFAULT_PRESET", "SPEC_FILE", "WEIGHTS_FILE", "Policy", "builtin_policy", "load_policy",
-           "resolve_device", "save_policy"]
+__all__ = ["DEFAULT_PRESET", "SPEC_FILE", "WEIGHTS_FILE", "Policy", "builtin_policy", "clone_policy",
+           "load_policy", "resolve_device", "save_policy"]

@@ -25,19 +25,21 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 from aiohttp import web
+from torch import nn
 
 from envfarm.errors import ConfigError, FarmError, WeightsError
 
 from .base import VERSION_HEADER
 from .generate import Generation, GenRequest, check_request, generate_batch
 from .openai_api import ChatRequest, RequestError, error_body, parse_chat_request
-from .policy import Policy, WeightVersion
+from .policy import SPEC_FILE, WEIGHTS_FILE, Policy, WeightVersion
 from .streaming import complete_response, stream_response
 from .weights import decode_state, load_into
 
@@ -57,6 +59,11 @@ class ServerConfig:
     """Completion length when a request gives no ``max_tokens`` (always clipped to the context left)."""
     seed: int = 0
     """Seed of the shared random source of requests without their own ``seed``."""
+    watch: str | None = None
+    """A folder to poll for new weights: the newest ``spec.json`` + ``model.safetensors`` under it (as
+    :func:`~envfarm.trainer.policy.save_policy` writes them) is swapped in, with its ``weight_version``."""
+    watch_interval_s: float = 2.0
+    """Seconds between polls of ``watch``."""
 
 
 @dataclass
@@ -102,7 +109,7 @@ class PolicyServer:
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
         self._generator = torch.Generator(policy.device).manual_seed(self.config.seed)
-        self._scheduler: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None
         self.app = self._build_app()
 
@@ -130,12 +137,16 @@ class PolicyServer:
         return app
 
     async def _on_startup(self, _app: web.Application) -> None:
-        self._scheduler = asyncio.create_task(self._schedule(), name="policy-server-scheduler")
+        self._tasks.append(asyncio.create_task(self._schedule(), name="policy-server-scheduler"))
+        if self.config.watch:
+            watch = self._watch(Path(self.config.watch))
+            self._tasks.append(asyncio.create_task(watch, name="policy-server-watch"))
 
     async def _on_cleanup(self, _app: web.Application) -> None:
-        task, self._scheduler = self._scheduler, None
-        if task is not None:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
             task.cancel()
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         while self._queue:
@@ -247,13 +258,20 @@ class PolicyServer:
         blob = await request.read()
         version = self._next_version(request.headers.get(VERSION_HEADER))
         state = await asyncio.to_thread(decode_state, blob)
-        async with self._lock:  # between batches: no batch sees two versions
-            await asyncio.to_thread(load_into, self.policy, state, version)
-            self.stats.swaps += 1
+        await self.swap(state, version)
         seconds = time.perf_counter() - t0
         log.info("weights v%s loaded (%d bytes, %.3fs)", version, len(blob), seconds)
         return web.json_response({"version": version, "bytes": len(blob), "seconds": seconds},
                                  headers=self._headers(version))
+
+    async def swap(self, state: Mapping[str, torch.Tensor] | nn.Module, version: WeightVersion) -> None:
+        """Load ``state`` (a state dict, or a module whose weights to copy) as ``version``, between batches;
+        the in-process twin of ``POST /weights`` (no serialisation). Copies: the caller may keep training."""
+        if isinstance(state, nn.Module):
+            state = state.state_dict()
+        async with self._lock:  # between batches: no batch sees two versions
+            await asyncio.to_thread(load_into, self.policy, state, version)
+            self.stats.swaps += 1
 
     def _next_version(self, header: str | None) -> WeightVersion:
         if header is None or not header.strip():
@@ -263,6 +281,24 @@ class PolicyServer:
             raise RequestError(f"send the weight version in the {VERSION_HEADER} header")
         text = header.strip()
         return int(text) if text.lstrip("-").isdigit() else text
+
+    async def _watch(self, folder: Path) -> None:
+        """Poll ``folder`` and swap in each newer saved policy (see :attr:`ServerConfig.watch`)."""
+        seen: tuple[Path, int] | None = None
+        while True:
+            found = await asyncio.to_thread(newest_saved_policy, folder)
+            if found is not None and found != seen:
+                try:
+                    state, version = await asyncio.to_thread(read_saved_policy, found[0])
+                    if version is None and isinstance(self.version, int):
+                        version = self.version + 1
+                    if version != self.version or seen is not None:
+                        await self.swap(state, version)
+                        log.info("weights v%s from %s", version, found[0])
+                    seen = found
+                except (FarmError, OSError, ValueError) as e:  # half-written or foreign: try the next poll
+                    log.warning("cannot load weights from %s: %s", found[0], e)
+            await asyncio.sleep(self.config.watch_interval_s)
 
     # ------------------------------------------------------------------------------------ scheduler
 
@@ -320,6 +356,25 @@ class PolicyServer:
                 p.events.put_nowait(None)
 
 
+def newest_saved_policy(folder: Path) -> tuple[Path, int] | None:
+    """(folder, mtime) of the newest complete saved policy under ``folder`` (itself included); one whose
+    weights are newer than its spec is still being written and is skipped."""
+    best: tuple[Path, int] | None = None
+    for spec in folder.rglob(SPEC_FILE):
+        weights = spec.with_name(WEIGHTS_FILE)
+        if ".tmp" in spec.parent.name or not weights.is_file():
+            continue
+        spec_t, weights_t = spec.stat().st_mtime_ns, weights.stat().st_mtime_ns
+        if weights_t <= spec_t and (best is None or spec_t > best[1]):
+            best = (spec.parent, spec_t)
+    return best
+
+
+def read_saved_policy(folder: Path) -> tuple[dict[str, torch.Tensor], WeightVersion]:
+    spec = json.loads((folder / SPEC_FILE).read_text())
+    return decode_state((folder / WEIGHTS_FILE).read_bytes()), spec.get("weight_version")
+
+
 async def serve_forever(policy: Policy, config: ServerConfig, host: str, port: int,
                         ready: Callable[[str], None] | None = None) -> None:
     """Run a server until cancelled (Ctrl-C in the CLI)."""
@@ -333,4 +388,5 @@ async def serve_forever(policy: Policy, config: ServerConfig, host: str, port: i
         await server.stop()
 
 
-__all__ = ["Pending", "PolicyServer", "ServerConfig", "ServerStats", "serve_forever"]
+__all__ = ["Pending", "PolicyServer", "ServerConfig", "ServerStats", "newest_saved_policy",
+           "read_saved_policy", "serve_forever"]

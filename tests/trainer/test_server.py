@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from envfarm.trainer.base import VERSION_HEADER, PolicySpec
 from envfarm.trainer.chat import BuiltinTemplate
 from envfarm.trainer.generate import generate
-from envfarm.trainer.policy import Policy, load_policy
+from envfarm.trainer.policy import Policy, clone_policy, load_policy, save_policy
 from envfarm.trainer.server import PolicyServer, ServerConfig
 from envfarm.trainer.tokenizer import ByteTokenizer
 from envfarm.trainer.weights import encode_state, publish
@@ -197,6 +197,30 @@ async def test_hot_swap_under_load(served: Served) -> None:
     g = torch.Generator().manual_seed(11)
     fresh = generate(new, [new.encode_prompt(USER)], max_tokens=10, generator=g)[0][0]
     assert reply.weight_version == 1 and tuple(reply.choices[0].token_ids) == fresh.token_ids
+
+
+async def test_in_process_swap_and_watched_folder(tmp_path: Path) -> None:
+    learner = tiny(seed=0)
+    server_policy = clone_policy(learner)
+    config = ServerConfig(watch=str(tmp_path / "ckpts"), watch_interval_s=0.05)
+    async with PolicyServer(server_policy, config) as server:
+        with torch.no_grad():
+            learner.module.embed.weight.add_(1.0)  # "training" the original leaves the server's copy alone
+        assert not torch.equal(server.policy.module.embed.weight, learner.module.embed.weight)
+        await server.swap(learner.module, 1)
+        served_emb = server.policy.module.embed.weight
+        assert server.version == 1 and torch.equal(served_emb, learner.module.embed.weight)
+        later = tiny(seed=5)
+        later.version = 2
+        save_policy(later, tmp_path / "ckpts" / "step-000200" / "policy")
+        for _ in range(100):
+            if server.version == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert server.version == 2 and torch.equal(served_emb, later.module.embed.weight)
+        async with aiohttp.ClientSession() as http, http.get(server.url + "/v1/models") as resp:
+            assert resp.headers[VERSION_HEADER] == "2"
+            assert (await resp.json())["data"][0]["weight_version"] == 2
 
 
 async def test_bad_requests_are_openai_400s(served: Served) -> None:

@@ -1,0 +1,126 @@
+"""Policy server benchmark: sampling throughput of ``generate`` and of ``envfarm serve``, and hot-swap cost.
+
+    python bench/serve.py                        # tiny-cpu on this machine's CPU (2 threads)
+    python bench/serve.py --preset small --device cuda --batches 1 32 128
+    python bench/serve.py --quick --out bench/results/serve.json
+
+- generate: ``--batches`` rows, each a ToolCalc-sized prompt (the env's first observation, ~650 bytes),
+  ``--max-tokens`` new tokens at temperature 1 (eos masked out so every row samples the full length).
+  Reports prefill seconds, decode tokens/s (new tokens / decode seconds) and end-to-end tokens/s.
+- server: the same number of concurrent HTTP requests against an in-process :class:`PolicyServer`
+  (its batching window and scheduler included); tokens/s and batches used.
+- swap: ``publish`` of the model's own weights to the server, median of ``--swaps`` (encode + POST + load).
+Medians of ``--repeat`` runs; a shared VM is noisy: read ratios, not absolutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import torch
+
+from envfarm.trainer.generate import GenRequest, generate_batch
+from envfarm.trainer.policy import Policy, load_policy
+from envfarm.trainer.server import PolicyServer, ServerConfig
+from envfarm.trainer.weights import publish
+
+PROMPT = (
+    "Solve this problem. Use the calc tool for the arithmetic, then submit the final number.\n\nA wall "
+    "is 31 m wide and 28 m high, with a square window of side 18 m. Painting costs 8 dollars per square "
+    "meter. How many dollars does it cost to paint the wall?\n\nTools:\n- calc(expr: string): Evaluate "
+    "an arithmetic expression exactly and return the result.\n- submit(answer: string): Submit the final "
+    "numeric answer. Ends the episode.\nCall exactly one tool per turn, as JSON: {\"name\": \"<tool>\", "
+    "\"arguments\": {...}} \u2014 on its own, inside <tool_call>...</tool_call> tags, or as an OpenAI "
+    "assistant message with one entry in tool_calls.")
+MESSAGES = [{"role": "user", "content": PROMPT}]
+
+
+def no_eos(policy: Policy) -> None:
+    """Make eos unlikely so every row samples ``max_tokens`` (the tied output row of eos scaled to ~0)."""
+    module = policy.module
+    emb = getattr(module, "embed", None)
+    if emb is not None:
+        with torch.no_grad():
+            emb.weight[policy.tokenizer.eos_id].mul_(0).add_(-emb.weight.mean(0) * 50)
+
+
+def bench_generate(policy: Policy, rows: int, max_tokens: int) -> dict[str, Any]:
+    prompt = policy.encode_prompt(MESSAGES)
+    reqs = [GenRequest(prompt, max_tokens=max_tokens)] * rows
+    gen = generate_batch(policy, reqs, generator=torch.Generator(policy.device).manual_seed(0))
+    t0 = time.perf_counter()
+    generate_batch(policy, [GenRequest(prompt, max_tokens=1)] * rows)
+    prefill = time.perf_counter() - t0
+    decode_s = max(gen.seconds - prefill, 1e-9)
+    return {"rows": rows, "prompt_tokens": len(prompt), "new_tokens": gen.completion_tokens,
+            "seconds": gen.seconds, "prefill_s": prefill,
+            "decode_tokens_per_s": gen.completion_tokens / decode_s,
+            "tokens_per_s": gen.completion_tokens / gen.seconds}
+
+
+async def bench_server(policy: Policy, rows: int, max_tokens: int, swaps: int) -> dict[str, Any]:
+    async with PolicyServer(policy, ServerConfig(max_batch=max(rows, 1))) as server:
+        body = {"model": server.model_name, "messages": MESSAGES, "max_tokens": max_tokens}
+        async with aiohttp.ClientSession() as http:
+            async def one() -> int:
+                async with http.post(server.url + "/v1/chat/completions", json=body) as resp:
+                    return len((await resp.json())["choices"][0]["token_ids"])
+            t0 = time.perf_counter()
+            tokens = sum(await asyncio.gather(*(one() for _ in range(rows))))
+            seconds = time.perf_counter() - t0
+            times, size = [], 0
+            for v in range(1, swaps + 1):
+                res = await publish(server.url, policy, v, session=http)
+                times.append(res.seconds)
+                size = res.bytes
+        return {"rows": rows, "new_tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds,
+                "batches": server.stats.batches, "swap_s": statistics.median(times) if times else None,
+                "swap_bytes": size}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--preset", default="tiny-cpu")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 32])
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--swaps", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="one repeat, 16 tokens")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    if args.quick:
+        args.repeat, args.max_tokens = 1, 16
+    torch.set_num_threads(args.threads)
+    policy = load_policy(args.preset, device=args.device)
+    no_eos(policy)
+    results: dict[str, Any] = {"preset": args.preset, "device": str(policy.device), "threads": args.threads,
+                               "params": policy.num_params(), "max_tokens": args.max_tokens, "generate": [],
+                               "server": []}
+    bench_generate(policy, 1, 4)  # warm-up
+    for rows in args.batches:
+        runs = [bench_generate(policy, rows, args.max_tokens) for _ in range(args.repeat)]
+        best = sorted(runs, key=lambda r: r["tokens_per_s"])[len(runs) // 2]
+        results["generate"].append(best)
+        print(f"generate  B={rows:<4} prompt={best['prompt_tokens']} prefill={best['prefill_s']:.3f}s "
+              f"decode={best['decode_tokens_per_s']:.0f} tok/s end-to-end={best['tokens_per_s']:.0f} tok/s")
+        srv = asyncio.run(bench_server(policy, rows, args.max_tokens, args.swaps))
+        results["server"].append(srv)
+        print(f"server    B={rows:<4} {srv['tokens_per_s']:.0f} tok/s in {srv['batches']} batches; swap of "
+              f"{srv['swap_bytes'] / 1e6:.1f} MB: {srv['swap_s'] * 1e3:.1f} ms")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
