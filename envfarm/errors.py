@@ -26,8 +26,11 @@
         │                                     is recorded with `error`, the run goes on
         ├── PolicyUnavailable (ConnectionError)  the policy server is down, refuses us or stays overloaded
         │                                     past the retry budget: the run stops, exit non-zero
-        └── LearnerUnavailable (ConnectionError) the learner took no delivery for too long; the spool keeps
-                                              everything -> fix the learner, then `--resume RUN`
+        ├── LearnerUnavailable (ConnectionError) the learner took no delivery for too long; the spool keeps
+        │                                     everything -> fix the learner, then `--resume RUN`
+        └── ClusterUnavailable (ConnectionError) `--ray`: ray not installed, no cluster at the address, no
+                                              node fits, or every farm worker was lost -> `make setup`,
+                                              `ray start`, then `--resume RUN`
     TrainerError                              the learner (`envfarm train`): batching, updates, the loop
     ├── CheckpointError                       a checkpoint that is missing, damaged or for another model
     └── WeightsError                          published weights that are no safetensors file or do not fit
@@ -142,6 +145,10 @@ class PolicyUnavailable(RolloutError, ConnectionError):
 
 class LearnerUnavailable(RolloutError, ConnectionError):
     """The learner endpoint accepted no delivery for too long; the run's spool keeps every trajectory."""
+
+
+class ClusterUnavailable(RolloutError, ConnectionError):
+    """A Ray cluster cannot be used (ray missing, nothing at the address, no node fits, all workers lost)."""
 
 
 class TrainerError(FarmError):

@@ -6,6 +6,7 @@
     envfarm farm receive --port 8100 --store received.jsonl       # a stand-in learner endpoint
     envfarm eval --env envfarm/ToolCalc-v0 --policy openai:http://127.0.0.1:8000/v1 --episodes 200 \
         --attempts 4
+    envfarm farm run --ray 10.0.0.1:6379 ...                      # one worker per node of a Ray cluster
 
 Ctrl-C (or SIGTERM) drains: no new episodes, the ones in flight finish; a second Ctrl-C cancels them (they are
 re-run by ``--resume``). Either way the spool is flushed and the summary written; the exit code is 130.
@@ -64,6 +65,13 @@ PolicyTimeoutOpt = Annotated[float, typer.Option(help="openai: seconds per reque
 PolicyRetriesOpt = Annotated[int, typer.Option(min=0, help="openai: retries on 429/5xx/timeouts (backoff).")]
 TemperatureOpt = Annotated[float, typer.Option(help="openai: sampling temperature.")]
 MaxTokensOpt = Annotated[int, typer.Option(min=1, help="openai: max tokens per completion.")]
+RayOpt = Annotated[str | None, typer.Option(
+    "--ray", help="Run on the Ray cluster at this address (HOST:PORT of the head's GCS, or auto): one worker "
+    "per node, each with its node's backend and images; --concurrency is split by node capacity and "
+    "--step-slots applies per node.")]
+RayResourceOpt = Annotated[str | None, typer.Option(
+    "--ray-resource", help="With --ray: a worker only on nodes with this custom resource, sized by its "
+    "amount [default: every node, sized by its CPUs].")]
 
 
 def _policy(spec: str, concurrency: int, model: str | None, timeout: float, retries: int, temperature: float,
@@ -111,6 +119,18 @@ def _files(*options: tuple[str, Path | None]) -> None:
     for option, path in options:
         if path is not None and path.is_dir():
             raise ConfigError(f"{option} {path} is a folder; give a file in it, e.g. {path / 'out.json'}")
+
+
+def _make_farm(config: FarmConfig, policy: Policy, ray: str | None, ray_resource: str | None,
+               **kw: Any) -> Farm:
+    """A one-machine Farm, or with ``--ray`` a RayFarm (ray is imported only then)."""
+    if ray is None:
+        if ray_resource is not None:
+            raise ConfigError("--ray-resource selects nodes of a Ray cluster: add --ray ADDRESS")
+        return Farm(config, policy, **kw)
+    from envfarm.rollout.ray_farm import RayConfig, RayFarm
+
+    return RayFarm(config, policy, RayConfig(ray, ray_resource), **kw)
 
 
 def _new_run_dir(run_dir: Path | None) -> Path:
@@ -187,10 +207,13 @@ def run_command(
         min=1, help="Undelivered trajectories at which the farm waits for the learner.")] = 256,
     learner_timeout: Annotated[float, typer.Option(help="Seconds a blocking learner may fail before the run "
                                                    "stops.")] = 300.0,
+    ray: RayOpt = None,
+    ray_resource: RayResourceOpt = None,
     quiet: Annotated[bool, typer.Option(help="No live view.")] = False,
 ) -> None:
     """Run episodes of any registered env with a policy; stream trajectories to a file and/or a learner."""
     prior = _prior(resume)
+    ray, ray_resource = _option(ray, prior, "ray"), _option(ray_resource, prior, "ray_resource")
     out, summary = _option(out, prior, "out", Path), _option(summary, prior, "summary", Path)
     learner = _option(learner, prior, "learner")
     max_staleness = _option(max_staleness, prior, "max_staleness")
@@ -216,9 +239,9 @@ def run_command(
         sinks.append(HTTPSink(learner, max_backlog=learner_backlog))
     pol = _policy(spec, concurrency, model, policy_timeout, policy_retries, temperature, max_tokens)
     options = {"out": str(out) if out else None, "summary": str(summary) if summary else None,
-               "learner": learner, "max_staleness": max_staleness}
-    farm = Farm(config, pol, run_dir=resume or _new_run_dir(run_dir), resume=resume is not None, sinks=sinks,
-                summary_path=summary, options=options)
+               "learner": learner, "max_staleness": max_staleness, "ray": ray, "ray_resource": ray_resource}
+    farm = _make_farm(config, pol, ray, ray_resource, run_dir=resume or _new_run_dir(run_dir),
+                      resume=resume is not None, sinks=sinks, summary_path=summary, options=options)
     try:
         asyncio.run(_drive(farm, _consume(farm), f"{config.env_id} · {pol.name}", quiet))
     except FarmError:
@@ -266,6 +289,8 @@ def eval_command(
     policy_retries: PolicyRetriesOpt = 6,
     temperature: TemperatureOpt = 1.0,
     max_tokens: MaxTokensOpt = 1024,
+    ray: RayOpt = None,
+    ray_resource: RayResourceOpt = None,
     quiet: Annotated[bool, typer.Option(help="No live view.")] = False,
 ) -> None:
     """Evaluate a policy on an env: pass@1 and unbiased pass@k with 95% CIs, per-task results; resumable."""
@@ -282,7 +307,10 @@ def eval_command(
         env_kwargs=_env_kwargs(env_kwargs, prior), step_slots=step_slots)
     pol = _policy(spec, concurrency, model, policy_timeout, policy_retries, temperature, max_tokens)
     folder = resume or _new_run_dir(run_dir)
-    farm = eval_farm(config, pol, folder, resume=resume is not None)
+    if ray is None and ray_resource is None:
+        farm = eval_farm(config, pol, folder, resume=resume is not None)
+    else:
+        farm = _make_farm(config, pol, ray, ray_resource, run_dir=folder, resume=resume is not None)
     report = asyncio.run(_eval(farm, folder, success_threshold, quiet))
     console.print(summary_table(farm.summary()))
     if report is None:

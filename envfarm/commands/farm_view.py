@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Group, RenderableType
 from rich.progress_bar import ProgressBar
 from rich.table import Table
@@ -57,6 +59,12 @@ class FarmView:
         return Group(top, grid)
 
 
+def _node_row(v: dict[str, Any]) -> str:
+    row = (f"{v['episodes']} episodes ({v['episodes_per_s']:.1f}/s, {v['steps_per_s']:.1f} steps/s, "
+           f"{v['slots']} slots)")
+    return row + (f" — lost: {v['lost']}; {v['requeued']} requeued" if v.get("lost") else "")
+
+
 def summary_table(s: Summary) -> Table:
     table = Table(title=f"{s.env_id} · {s.policy} · {s.backend}", show_header=False)
     table.add_column(style="dim")
@@ -73,6 +81,7 @@ def summary_table(s: Summary) -> Table:
     ]
     rows += [(f"sink {name}", f"{v['delivered']} delivered, {v['backlog']} waiting")
              for name, v in s.sinks.items()]
+    rows += [(f"node {name}", _node_row(v)) for name, v in s.nodes.items()]
     if s.stopped:
         rows.append(("stopped", s.stopped))
     for k, v in rows:

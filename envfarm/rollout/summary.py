@@ -157,6 +157,9 @@ class Summary:
     stopped: str | None
     """None when the run finished; else why it stopped (``interrupted``, ``PolicyUnavailable: ...``)."""
     sinks: dict[str, dict[str, Any]]
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per Ray node (``--ray``): episodes, steps, episodes/s and steps/s, requeued episodes, ``lost`` (why its
+    worker was retired, else None). Empty on one machine."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

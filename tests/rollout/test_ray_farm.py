@@ -1,0 +1,169 @@
+"""The farm on a real two-node Ray cluster on this machine (ray.cluster_utils, every port on 127.0.0.1):
+400 episodes over both nodes, a node lost mid-run, ``envfarm farm run|eval --ray`` and their errors."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rollout_support import free_port, read_jsonl
+
+from envfarm.rollout import FarmConfig, FileSink, Trajectory, make_policy
+from envfarm.rollout.ray_farm import RayConfig, RayFarm
+
+pytestmark = pytest.mark.bwrap
+
+ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
+TOOLCALC = "envfarm/ToolCalc-v0"
+NODE = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "object_store_memory": 100 * 2**20}
+ENV = ["--env", TOOLCALC, "--backend", "bwrap", "--policy", "oracle", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    """A head and a second node, each with one CPU, 100 MB of object store, no dashboard, no usage stats."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
+        c = ray_cluster_utils.Cluster(initialize_head=True,
+                                      head_node_args={**NODE, "include_dashboard": False})
+        try:
+            c.add_node(**NODE)
+            c.wait_for_nodes()
+            yield c
+        finally:
+            c.shutdown()
+
+
+def config(episodes: int, concurrency: int = 16, **kw: Any) -> FarmConfig:
+    return FarmConfig(env_id=TOOLCALC, episodes=episodes, concurrency=concurrency, backend="bwrap",
+                      step_slots=4, **kw)
+
+
+def spool_indices(run: Path) -> list[int]:
+    return sorted(x["index"] for x in read_jsonl(run / "spool.jsonl"))
+
+
+def descendants(pid: int) -> set[int]:
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parents.items() if pp == p and c not in out]
+        out.update(kids)
+        todo.extend(kids)
+    return out
+
+
+def loopback(address: str) -> bool:
+    """``127.0.0.1:80``, ``[::1]:80``, ``[::ffff:127.0.0.1]:80`` are on loopback; ``*:80``, ``0.0.0.0:80``
+    are not."""
+    host = address.rsplit(":", 1)[0].strip("[]")
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).is_loopback
+
+
+def listeners(pids: set[int]) -> list[str]:
+    """Local addresses of the TCP sockets that ``pids`` listen on (``ss -tlnp``)."""
+    lines = subprocess.run(["ss", "-Htlnp"], capture_output=True, text=True, check=True).stdout.splitlines()
+    return [line.split()[3] for line in lines
+            if {int(p) for p in re.findall(r"pid=(\d+)", line)} & pids]
+
+
+async def test_400_episodes_over_two_nodes_on_loopback(cluster: Any, tmp_path: Path) -> None:
+    run, out = tmp_path / "run", tmp_path / "out.jsonl"
+    farm = RayFarm(config(400), make_policy("oracle"), RayConfig(cluster.address), run_dir=run,
+                   sinks=[FileSink(out)], summary_path=tmp_path / "summary.json")
+    seen: list[Trajectory] = []
+    bound: list[str] = []
+    async for traj in farm.run():
+        seen.append(traj)
+        if len(seen) == 20:  # every Ray process is up and busy: none may listen beyond loopback
+            bound = await asyncio.to_thread(listeners, descendants(os.getpid()))
+    assert len(bound) >= 6 and all(loopback(a) for a in bound), bound
+    assert spool_indices(run) == list(range(400)) and len(read_jsonl(out)) == 400
+    assert all(t.status == "completed" and t.reward == 1.0 for t in seen)
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert (s["episodes_completed"], s["nodes_used"], s["stopped"], s["steps"]) == (400, 2, None, 800)
+    per_node = [n["episodes"] for n in s["nodes"].values()]
+    assert len(per_node) == 2 and min(per_node) > 0 and sum(per_node) == 400, s["nodes"]
+    assert all(n["lost"] is None and n["steps_per_s"] > 0 for n in s["nodes"].values())
+
+
+async def test_a_node_lost_mid_run_has_its_episodes_rerun(cluster: Any, tmp_path: Path) -> None:
+    doomed = cluster.add_node(**NODE)
+    cluster.wait_for_nodes()
+    run = tmp_path / "run"
+    farm = RayFarm(config(120, concurrency=12), make_policy("oracle"), RayConfig(cluster.address),
+                   run_dir=run)
+    n = 0
+    async for _ in farm.run():
+        n += 1
+        if n == 20:  # kill the third node (its raylet, its worker, its sandboxes) with episodes in flight
+            await asyncio.to_thread(cluster.remove_node, doomed, False)
+    assert n == 120 and spool_indices(run) == list(range(120))  # every episode once: none lost, none twice
+    s = farm.summary()
+    lost = s.nodes[f"127.0.0.1/{doomed.node_id[:6]}"]
+    assert lost["lost"] and lost["requeued"] >= 1 and lost["episodes"] >= 1, lost
+    assert [v["lost"] for k, v in s.nodes.items() if v is not lost] == [None, None]
+    assert s.nodes_used == 3 and s.episodes_completed == 120 and s.stopped is None
+    assert sum(v["episodes"] for v in s.nodes.values()) == 120
+
+
+def envfarm(*args: str, timeout: float = 120) -> tuple[int, str]:
+    proc = subprocess.run([sys.executable, "-m", "envfarm.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+async def test_cli_farm_run_and_eval_on_the_cluster(cluster: Any, tmp_path: Path) -> None:
+    run, summary = tmp_path / "run", tmp_path / "summary.json"
+    code, text = await asyncio.to_thread(envfarm, "farm", "run", *ENV, "--ray", cluster.address, "--episodes",
+                                         "30", "--concurrency", "6", "--run-dir", str(run), "--summary",
+                                         str(summary))
+    assert code == 0, text
+    s = json.loads(summary.read_text())
+    assert (s["episodes_completed"], s["nodes_used"]) == (30, 2) and "node 127.0.0.1/" in text
+    assert json.loads((run / "run.json").read_text())["options"]["ray"] == cluster.address
+    folder = tmp_path / "eval"
+    code, text = await asyncio.to_thread(envfarm, "eval", *ENV, "--ray", cluster.address, "--episodes", "10",
+                                         "--attempts", "2", "--concurrency", "4", "--run-dir", str(folder))
+    assert code == 0, text
+    report = json.loads((folder / "eval.json").read_text())
+    assert report["tasks"] == 10 and report["metrics"]["pass@1"]["value"] == 1.0
+    assert json.loads((folder / "summary.json").read_text())["nodes_used"] == 2
+
+
+def test_unreachable_cluster_is_an_error_line(tmp_path: Path) -> None:
+    address = f"127.0.0.1:{free_port()}"
+    code, text = envfarm("farm", "run", *ENV, "--ray", address, "--episodes", "4", "--run-dir",
+                         str(tmp_path / "run"), timeout=60)
+    assert code == 2 and "error:" in text and f"no Ray cluster answers at {address}" in text, text
+    assert "ray start --head" in text and "Traceback" not in text
+
+
+def test_ray_not_installed_is_an_error_line(tmp_path: Path) -> None:
+    code = ("import sys; sys.modules['ray'] = None; from envfarm.cli import main; "
+            f"sys.argv = ['envfarm', 'eval', *{ENV!r}, '--ray', 'auto', '--episodes', '2', "
+            f"'--run-dir', {str(tmp_path / 'run')!r}]; main()")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "ray is not installed" in proc.stderr and "make setup" in proc.stderr, \
+        proc.stdout + proc.stderr
