@@ -108,6 +108,8 @@ class FarmRun:
         self.summary: dict[str, Any] | None = None
         self._lock = threading.Lock()
         self._refreshed = 0.0
+        self._by_finish: list[EpisodeRow] | None = None
+        self._by_index: list[EpisodeRow] | None = None
 
     # -------------------------------------------------------------------------------------- reading
 
@@ -132,6 +134,8 @@ class FarmRun:
         reset, lines = self.spool.read_new()
         if reset:
             self.rows, self.tally, self.bad_lines = {}, Tally(), 0
+        if reset or lines:
+            self._by_finish = self._by_index = None
         for line in lines:
             try:
                 t = Trajectory.from_json(line.data)
@@ -151,7 +155,9 @@ class FarmRun:
         with self._lock:
             t, live = self.tally, self._fresh_live()
             total = int(self.spec.get("episodes") or (live or {}).get("total") or 0)
-            rows = sorted(self.rows.values(), key=lambda r: r.finished_at)
+            if self._by_finish is None:
+                self._by_finish = sorted(self.rows.values(), key=lambda r: r.finished_at)
+            rows = self._by_finish
             return {
                 "kind": "farm", "path": str(self.path), "spec": self.spec, "state": self._state(live),
                 "total": total, "done": t.finished, "completed": t.completed, "infra_errors": t.infra_errors,
@@ -172,7 +178,9 @@ class FarmRun:
         """The rows matching ``flt``, newest first, a page at a time."""
         self.refresh()
         with self._lock:
-            match = [r for r in sorted(self.rows.values(), key=lambda r: -r.index) if flt.matches(r)]
+            if self._by_index is None:
+                self._by_index = sorted(self.rows.values(), key=lambda r: -r.index)
+            match = [r for r in self._by_index if flt.matches(r)]
             return {"total": len(self.rows), "matched": len(match),
                     "rows": [r.to_dict() for r in match[offset:offset + limit]]}
 

@@ -66,7 +66,7 @@ function niceTicks(lo, hi, n) {
 // -> a <figure> with an SVG line chart; y values of null leave gaps.
 function lineChart(opts) {
   const W = 440, H = opts.height || 180, L = 46, R = 10, T = 10, B = 28;
-  const series = (opts.series || []).filter((s) => s.points && s.points.length);
+  const series = (opts.series || []).filter((s) => (s.points || []).some((p) => p[1] !== null && p[1] !== undefined));
   const pts = series.flatMap((s) => s.points.filter((p) => p[1] !== null && p[1] !== undefined));
   const fig = h("figure", {class: "chart", "data-title": opts.title || ""},
     h("figcaption", {}, opts.title || ""));
@@ -142,7 +142,7 @@ function barChart(opts) {
   const bars = opts.bars || [];
   const fig = h("figure", {class: "chart"}, h("figcaption", {}, opts.title || ""));
   if (!bars.length) { fig.append(h("div", {class: "chart-empty muted"}, "no data yet")); return fig; }
-  const top = Math.max(opts.yMax || 0, ...bars.map((b) => Math.max(b.value || 0, b.hi || 0))) || 1;
+  const top = 1.12 * Math.max(opts.yMax || 0, ...bars.map((b) => Math.max(b.value || 0, b.hi || 0))) || 1;
   const sy = (y) => T + (1 - y / top) * (H - T - B);
   const root = svg("svg", {viewBox: `0 0 ${W} ${H}`, class: "chart-svg"});
   for (const t of niceTicks(0, top, 4)) {

@@ -48,21 +48,31 @@ function renderFarm(main, src, d) {
       card("infra errors", String(d.infra_errors), "farm-infra", `${d.infra_retries} retried`),
       card("other errors", String(d.policy_errors + d.errors), "farm-errors",
         `${d.policy_errors} policy · ${d.errors} env · ${d.interrupted} interrupted`)),
-    h("h2", {}, "Where the time goes"),
-    splitBar(d.time_split || {}, TIME_COLORS),
+    h("div", {class: "two-col"},
+      h("section", {}, h("h2", {}, "Where the time goes"), splitBar(d.time_split || {}, TIME_COLORS),
+        h("p", {class: "muted small"}, d.state === "running" ? "finished episodes plus the time so far of those in flight"
+          : "over the finished episodes")),
+      h("section", {}, h("h2", {}, "Sandbox pool"), poolView(pool))),
     h("div", {class: "charts"},
-      lineChart({title: "episodes done", series: [{name: "done", points: seriesPoints(d.series, "done")}], xLabel: "s"}),
-      lineChart({title: "steps/s", series: [{name: "steps/s", points: seriesPoints(d.series, "steps_per_s"), color: "#16a34a"}], xLabel: "s", yMin: 0}),
-      lineChart({title: "mean reward (completed episodes)", series: [{name: "reward", points: seriesPoints(d.series, "reward_mean"), color: "#d97706"}], xLabel: "s"}),
-      lineChart({title: "infra errors (cumulative)", series: [{name: "infra errors", points: seriesPoints(d.series, "infra_errors"), color: "#dc2626"}], xLabel: "s", yMin: 0})),
-    h("h2", {}, "Sandbox pool"),
-    pool ? h("table", {class: "kv", id: "pool"}, h("tbody", {},
-      [["warm target", pool.size], ["idle", pool.idle], ["leased", pool.leased], ["starting", pool.starting],
-       ["live (cap)", `${pool.live} (${pool.max_live ?? "∞"})`], ["started", pool.started_total],
-       ["start failures", pool.failed_total], ["leases", pool.leases_total], ["expired leases", pool.expired_total]]
-        .map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, String(v))))))
-      : h("p", {class: "muted", id: "pool"}, "no live.json yet (the farm writes it while it runs)"),
+      lineChart({title: "episodes done", series: [{name: "done", points: seriesPoints(d.series, "done")}], xLabel: "s", height: 150}),
+      lineChart({title: "steps/s", series: [{name: "steps/s", points: seriesPoints(d.series, "steps_per_s"), color: "#16a34a"}], xLabel: "s", yMin: 0, height: 150}),
+      lineChart({title: "mean reward (completed episodes)", series: [{name: "reward", points: seriesPoints(d.series, "reward_mean"), color: "#d97706"}], xLabel: "s", height: 150}),
+      lineChart({title: "infra errors (cumulative)", series: [{name: "infra errors", points: seriesPoints(d.series, "infra_errors"), color: "#dc2626"}], xLabel: "s", yMin: 0, height: 150})),
   );
+}
+
+function poolView(pool) {
+  if (!pool) return h("p", {class: "muted", id: "pool"}, "no live.json yet (the farm writes it while it runs)");
+  const cap = pool.max_live || Math.max(1, pool.live);
+  const seg = (n, color, name) => n > 0 ? h("span", {style: `width:${(100 * n / cap).toFixed(2)}%;background:${color}`, title: `${name} ${n}`}) : null;
+  return h("div", {},
+    h("div", {class: "split-bar"}, seg(pool.leased, "#1f6feb", "leased"), seg(pool.idle, "#16a34a", "idle"),
+      seg(pool.starting, "#d97706", "starting"), seg(Math.max(0, pool.live - pool.leased - pool.idle - pool.starting), "#9ca3af", "closing")),
+    h("table", {class: "kv compact", id: "pool"}, h("tbody", {},
+      [[["leased", pool.leased], ["idle (warm target)", `${pool.idle} (${pool.size})`], ["starting", pool.starting]],
+       [["live / cap", `${pool.live} / ${pool.max_live ?? "∞"}`], ["started", pool.started_total], ["leases", pool.leases_total]],
+       [["start failures", pool.failed_total], ["expired leases", pool.expired_total]]]
+        .map((row) => h("tr", {}, row.map(([k, v]) => [h("th", {}, k), h("td", {}, String(v))]))))));
 }
 
 // --------------------------------------------------------------------------------- trajectory browser
