@@ -110,6 +110,7 @@ class FarmRun:
         self._refreshed = 0.0
         self._by_finish: list[EpisodeRow] | None = None
         self._by_index: list[EpisodeRow] | None = None
+        self._series: tuple[tuple[Any, ...], dict[str, Any], list[str]] | None = None
 
     # -------------------------------------------------------------------------------------- reading
 
@@ -170,8 +171,7 @@ class FarmRun:
                 "pool": (live or {}).get("pool"), "time_split": self._time_split(live),
                 "wall_s": (live or self.summary or {}).get("wall_s"),
                 "live_age_s": round(time.time() - self.live["time"], 1) if self.live else None,
-                "series": time_series(rows, running=live is not None and live.get("state") == "running"),
-                "envs": sorted({r.env_id for r in rows}),
+                **self._series_and_envs(rows, live is not None and live.get("state") == "running"),
             }
 
     def episodes(self, flt: EpisodeFilter, offset: int = 0, limit: int = 200) -> dict[str, Any]:
@@ -199,6 +199,13 @@ class FarmRun:
         if live is None or live.get("run_id") not in (None, self.spec.get("run_id")):
             return None
         return live
+
+    def _series_and_envs(self, rows: list[EpisodeRow], running: bool) -> dict[str, Any]:
+        """Time series and env ids, recomputed when episodes arrive (and every second while running)."""
+        key = (len(rows), rows[-1].finished_at if rows else 0.0, running, int(time.time()) if running else 0)
+        if self._series is None or self._series[0] != key:
+            self._series = (key, time_series(rows, running=running), sorted({r.env_id for r in rows}))
+        return {"series": self._series[1], "envs": self._series[2]}
 
     def _steps_per_s(self, live: Mapping[str, Any] | None) -> float | None:
         """The recent rate while the farm runs, else the run's average (summary.json)."""

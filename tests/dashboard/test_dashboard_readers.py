@@ -168,3 +168,31 @@ def test_a_harness_instance_still_running_or_unreadable(runs: Path, tmp_path: Pa
     run.refresh(force=True)
     row = run.view()["rows"][0]
     assert row["outcome"] == "unreadable" and "report.json is unreadable" in row["error"]
+
+
+def test_a_stopped_farm_and_a_farm_that_died(tmp_path: Path) -> None:
+    """stop() mid-run: live.json says stopped, the interrupted episodes are counted; a live.json left at
+    "running" and no longer rewritten reads as a farm that is not responding."""
+    import asyncio
+
+    from dashboard_support import SlowOracle
+
+    from envfarm.rollout import Farm, FarmConfig
+
+    async def run_and_stop() -> None:
+        farm = Farm(FarmConfig(env_id="envfarm/ToolCalc-v0", episodes=40, concurrency=4, backend="bwrap"),
+                    SlowOracle(0.1), run_dir=tmp_path / "stopped")
+        n = 0
+        async for _ in farm.run():
+            n += 1
+            if n == 3:
+                farm.stop(cancel=True)
+
+    asyncio.run(run_and_stop())
+    live = read_live(tmp_path / "stopped")
+    assert live is not None and live["state"] == "stopped" and live["stopped"] == "interrupted"
+    status = FarmRun(tmp_path / "stopped").status()
+    assert status["state"] == "stopped" and status["interrupted"] >= 1 and 3 <= status["done"] < 40
+    live["state"], live["time"] = "running", live["time"] - 60
+    (tmp_path / "stopped" / "live.json").write_text(json.dumps(live))
+    assert FarmRun(tmp_path / "stopped").status()["state"] == "not responding"
