@@ -1,6 +1,6 @@
 """Task factory benchmark: ``envfarm tasks mine`` over real PyPI projects in one run; prints and writes JSON.
 
-    python bench/mine.py                                  # 6 projects, 45 tasks each, a fresh work folder
+    python bench/mine.py                                  # 5 projects, 44 tasks each, a fresh work folder
     python bench/mine.py --max-tasks 5 --packages cachetools==8.0.2 python-slugify==9.2.0   # a smoke run
     python bench/mine.py --out out/mine/tasks.jsonl --resume   # reuse the work folder (a resumed run)
 
@@ -22,14 +22,15 @@ from pathlib import Path
 
 from envfarm.envs.code_repair.factory.mine import MineConfig, Progress, mine
 
-PACKAGES = ("attrs==26.1.0", "boltons==26.2.0", "cachetools==8.0.2", "python-slugify==9.2.0",
-            "inflection==0.5.1", "tabulate==0.10.0")
+PACKAGES = ("boltons==26.2.0", "cachetools==8.0.2", "tabulate==0.10.0", "python-slugify==9.2.0",
+            "inflection==0.5.1")
+"""attrs (28 s per suite run here, ~35 s per mutant under load) mines fine but does not fit the 30 minutes."""
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--packages", nargs="+", default=list(PACKAGES))
-    ap.add_argument("--max-tasks", type=int, default=45)
+    ap.add_argument("--max-tasks", type=int, default=44)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--backend", default="docker")
     ap.add_argument("--out", type=Path, default=Path("out/bench-mine/tasks.jsonl"))

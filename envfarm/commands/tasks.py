@@ -99,9 +99,10 @@ def _advance(bar: Progress, tasks: dict[str, TaskID], ev: MineProgress) -> None:
         bar.update(tasks[ev.package], description=f"{ev.package}: mutants", completed=ev.done,
                    total=ev.total, extra=f"kept {ev.kept}")
     elif ev.stage == "validate":
-        if "validate" not in tasks:
-            tasks["validate"] = bar.add_task("harness validation", total=ev.total, extra="")
-        bar.update(tasks["validate"], completed=ev.done, total=ev.total)
+        key = f"validate:{ev.package}"
+        if key not in tasks:
+            tasks[key] = bar.add_task(f"{ev.package}: harness validation", total=ev.total, extra="")
+        bar.update(tasks[key], completed=ev.done, total=ev.total)
 
 
 def _print(r: MineReport) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envfarm.errors import ConfigError
+from envfarm.errors import ConfigError, FarmError
 from envfarm.sandbox import Backend, get_backend
 
 from . import repo as repo_mod
@@ -132,7 +132,10 @@ def order(candidates: Sequence[Mutation], seed: int, name: str) -> list[Mutation
 
 
 async def mine(config: MineConfig, progress: ProgressFn | None = None) -> MineReport:
-    """Mine every package of ``config``, validate, write ``config.out``; see the module docstring."""
+    """Mine every package of ``config``, validate, write ``config.out``; see the module docstring.
+
+    A pipeline: while package N+1 is prepared and mined, the rows of package N are validated by the
+    harness (one validation run at a time). Packages that lose rows in validation are topped up after."""
     specs = [parse_spec(p) for p in config.packages]
     if len({s.name for s in specs}) != len(specs):
         raise ConfigError("--package names a project twice; give each project once")
@@ -140,58 +143,81 @@ async def mine(config: MineConfig, progress: ProgressFn | None = None) -> MineRe
     work = WorkFolder(config.out)
     t0 = time.monotonic()
     backend = get_backend(config.backend)
+    pipeline = _Validation(config, work, emit)
+    miners: list[_Miner] = []
     try:
-        miners = []
-        for spec in specs:
-            miners.append(await _Miner.start(spec, config, work, backend, emit))
-        rows, logs = [], {}
-        for miner in miners:
-            await miner.mine_until(config.max_tasks)
-            r, lg = miner.rows()
-            rows += r
-            logs.update(lg)
-        verdicts, validate_s = await _validate(rows, logs, config, work, emit)
-        for _ in range(2):  # top up packages that lost rows in validation, then validate the new ones
-            short = [m for m in miners if m.valid_count(verdicts) < config.max_tasks and m.can_continue()]
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for spec in specs:
+                    miner = await _Miner.start(spec, config, work, backend, emit)
+                    miners.append(miner)
+                    await miner.mine_until(config.max_tasks)
+                    tg.create_task(pipeline.run(miner))
+        except* FarmError as group:  # one error line in the CLI, not an exception group
+            raise _first(group) from None
+        for _ in range(2):  # top up packages that lost rows in validation, then validate the new rows
+            short = [m for m in miners if m.valid_count(pipeline.verdicts) < config.max_tasks
+                     and m.can_continue()]
             if not short or not config.harness_check:
                 break
             for m in short:
-                await m.mine_until(config.max_tasks + m.invalid_count(verdicts))
-            rows, logs = [], {}
-            for miner in miners:
-                r, lg = miner.rows()
-                rows += r
-                logs.update(lg)
-            verdicts, more_s = await _validate(rows, logs, config, work, emit)
-            validate_s += more_s
+                await m.mine_until(config.max_tasks + m.invalid_count(pipeline.verdicts))
+                await pipeline.run(m)
     finally:
         await backend.aclose()
-    keep = [r for r in rows if not config.harness_check or verdicts[r["instance_id"]].ok]
+    verdicts = pipeline.verdicts
     final = []
     for miner in miners:
-        final += [r for r in keep if r["repo"] == miner.prepared.project.repo][: config.max_tasks]
+        mine_rows = pipeline.rows.get(miner.prepared.project.key, [])
+        final += [r for r in mine_rows if verdicts[r["instance_id"]].ok][: config.max_tasks]
     write_jsonl(config.out, final)
     emit(Progress("done", "", len(final), len(final)))
     reports = tuple(m.report(verdicts, sum(r["repo"] == m.prepared.project.repo for r in final))
                     for m in miners)
     invalid = tuple(sorted(i for i, v in verdicts.items() if not v.ok))
-    return MineReport(config.out, len(final), reports, time.monotonic() - t0, validate_s, invalid)
+    return MineReport(config.out, len(final), reports, time.monotonic() - t0, pipeline.seconds, invalid)
 
 
-async def _validate(rows: list[dict[str, Any]], logs: dict[str, str], config: MineConfig, work: WorkFolder,
-                    emit: ProgressFn) -> tuple[dict[str, Verdict], float]:
-    if not config.harness_check:
-        return {r["instance_id"]: Verdict(True, False) for r in rows}, 0.0
-    done = 0
+def _first(group: BaseExceptionGroup[FarmError]) -> FarmError:
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    assert isinstance(error, FarmError)
+    return error
 
-    def on_event(event: Any) -> None:
-        nonlocal done
-        if event.phase in ("done", "skipped"):
-            done += 1
-            emit(Progress("validate", event.instance_id, done, len(rows)))
 
-    emit(Progress("validate", "", 0, len(rows)))
-    return await validate(rows, logs, work, config.backend, config.validate_workers, on_event)
+class _Validation:
+    """Validates one package's rows at a time (harness run id ``mine-validate-<key>``); keeps verdicts."""
+
+    def __init__(self, config: MineConfig, work: WorkFolder, emit: ProgressFn) -> None:
+        self.config, self.work, self.emit = config, work, emit
+        self.verdicts: dict[str, Verdict] = {}
+        self.rows: dict[str, list[dict[str, Any]]] = {}
+        self.seconds = 0.0
+        self._lock = asyncio.Lock()
+
+    async def run(self, miner: _Miner) -> None:
+        async with self._lock:
+            key, name = miner.prepared.project.key, miner.prepared.project.spec.name
+            rows, logs = await asyncio.to_thread(miner.rows)
+            self.rows[key] = rows
+            todo = [r for r in rows if r["instance_id"] not in self.verdicts]
+            if not self.config.harness_check:
+                self.verdicts.update({r["instance_id"]: Verdict(True, False) for r in todo})
+                return
+            done = 0
+
+            def on_event(event: Any) -> None:
+                nonlocal done
+                if event.phase in ("done", "skipped"):
+                    done += 1
+                    self.emit(Progress("validate", name, done, len(todo)))
+
+            self.emit(Progress("validate", name, 0, len(todo)))
+            found, took = await validate(todo, logs, self.work, self.config.backend,
+                                         self.config.validate_workers, on_event, f"mine-validate-{key}")
+            self.verdicts.update(found)
+            self.seconds += took
 
 
 class _Miner:

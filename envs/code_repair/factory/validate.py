@@ -46,12 +46,13 @@ async def validate(
     backend: str,
     workers: int,
     on_event: Callable[[Event], None] | None = None,
+    run_id: str = RUN_ID,
 ) -> tuple[dict[str, Verdict], float]:
     """Verdicts per instance id, and the seconds the harness run took."""
     instances = [instance_from_row(r, str(r["instance_id"])) for r in table]
     if not instances:
         return {}, 0.0
-    config = HarnessConfig(run_id=RUN_ID, report_dir=work.harness, repo_source=work.repos,
+    config = HarnessConfig(run_id=run_id, report_dir=work.harness, repo_source=work.repos,
                            specs=(work.specs,), max_workers=workers, backend=backend, timeout_s=600.0)
     t0 = time.monotonic()
     run = await evaluate(instances, load_predictions("gold", instances), config, progress=on_event)
