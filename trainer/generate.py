@@ -157,7 +157,9 @@ def _decode(policy: Policy, ids: Tensor, valid: Tensor, new: Tensor, max_new: in
     positions = (valid[:, :P].long().cumsum(1) - 1).clamp(min=0)
     cache = module.new_cache(R, P + max_new) if cache_dtype is None else \
         module.new_cache(R, P + max_new, dtype=cache_dtype)
-    logits = module(ids, positions=positions, key_mask=valid[:, :P], cache=cache, last_only=True)[:, -1]
+    padded = not bool(valid[:, 0].all())  # left padding: some row's first slot is a pad
+    logits = module(ids, positions=positions, key_mask=valid[:, :P] if padded else None, cache=cache,
+                    last_only=True)[:, -1]
     next_pos = positions[:, -1:] + 1
     out_ids = torch.full((R, max_new), pad, dtype=torch.long, device=ids.device)
     out_lp = torch.zeros((R, max_new), dtype=torch.float32, device=ids.device)
@@ -176,7 +178,8 @@ def _decode(policy: Policy, ids: Tensor, valid: Tensor, new: Tensor, max_new: in
             break
         valid[:, P + step] = True
         logits = module(token[:, None], positions=next_pos.clamp(max=policy.max_context - 1),
-                        key_mask=valid[:, :P + step + 1], cache=cache, last_only=True)[:, -1]
+                        key_mask=valid[:, :P + step + 1] if padded else None, cache=cache,
+                        last_only=True)[:, -1]
         next_pos = next_pos + 1
         steps += 1
     return out_ids, out_lp, steps

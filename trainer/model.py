@@ -124,7 +124,7 @@ class Block(nn.Module):
             k, v = cache.k[layer, :, :, :start + T], cache.v[layer, :, :, :start + T]
             if k.dtype != q.dtype:
                 k, v = k.to(q.dtype), v.to(q.dtype)
-        causal = mask is None and cache is None
+        causal = mask is None and T > 1  # with a cache only when it was empty (see forward)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
         x = x + self.proj(y.transpose(1, 2).reshape(B, T, D))
         return x + self.down(F.gelu(self.up(self.mlp_norm(x)), approximate="tanh"))
@@ -180,8 +180,8 @@ class Transformer(nn.Module):
         if positions is None:
             positions = torch.arange(past, past + T, device=input_ids.device).unsqueeze(0)
         cos, sin = self.rope_cos[positions].unsqueeze(1), self.rope_sin[positions].unsqueeze(1)
-        mask = _attn_mask(key_mask, past, T, input_ids.device) if (key_mask is not None or
-                                                                    (cache is not None and T > 1)) else None
+        need_mask = key_mask is not None or (past > 0 and T > 1)
+        mask = _attn_mask(key_mask, past, T, input_ids.device) if need_mask else None
         x = self.embed(input_ids)
         for i, block in enumerate(self.blocks):
             x = block(x, cos, sin, mask, cache, i)

@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from aiohttp import web
@@ -44,6 +46,7 @@ from .streaming import complete_response, stream_response
 from .weights import decode_state, load_into
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 MAX_BODY = 16 << 30
 
 
@@ -64,6 +67,9 @@ class ServerConfig:
     :func:`~envfarm.trainer.policy.save_policy` writes them) is swapped in, with its ``weight_version``."""
     watch_interval_s: float = 2.0
     """Seconds between polls of ``watch``."""
+    threads: int | None = None
+    """torch CPU threads of the model thread (None: torch's default for a new thread). On a loaded shared
+    machine 1 is fastest: OpenMP threads that wait for a descheduled sibling burn the time they save."""
 
 
 @dataclass
@@ -110,6 +116,7 @@ class PolicyServer:
         self._lock = asyncio.Lock()
         self._generator = torch.Generator(policy.device).manual_seed(self.config.seed)
         self._tasks: list[asyncio.Task[None]] = []
+        self._executor = self._new_executor()
         self._runner: web.AppRunner | None = None
         self.app = self._build_app()
 
@@ -136,6 +143,11 @@ class PolicyServer:
         app.on_cleanup.append(self._on_cleanup)
         return app
 
+    def _new_executor(self) -> ThreadPoolExecutor:
+        threads = self.config.threads
+        return ThreadPoolExecutor(1, thread_name_prefix="policy-model", initializer=(
+            (lambda: torch.set_num_threads(threads)) if threads else None))
+
     async def _on_startup(self, _app: web.Application) -> None:
         self._tasks.append(asyncio.create_task(self._schedule(), name="policy-server-scheduler"))
         if self.config.watch:
@@ -149,6 +161,8 @@ class PolicyServer:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        executor, self._executor = self._executor, self._new_executor()  # threads start lazily
+        await asyncio.to_thread(executor.shutdown, wait=True)
         while self._queue:
             pending = self._queue.popleft()
             if not pending.future.done():
@@ -270,7 +284,7 @@ class PolicyServer:
         if isinstance(state, nn.Module):
             state = state.state_dict()
         async with self._lock:  # between batches: no batch sees two versions
-            await asyncio.to_thread(load_into, self.policy, state, version)
+            await self._in_model_thread(load_into, self.policy, state, version)
             self.stats.swaps += 1
 
     def _next_version(self, header: str | None) -> WeightVersion:
@@ -299,6 +313,11 @@ class PolicyServer:
                 except (FarmError, OSError, ValueError) as e:  # half-written or foreign: try the next poll
                     log.warning("cannot load weights from %s: %s", found[0], e)
             await asyncio.sleep(self.config.watch_interval_s)
+
+    async def _in_model_thread(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``fn`` in the one thread that touches the model (the event loop keeps serving)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
 
     # ------------------------------------------------------------------------------------ scheduler
 
@@ -333,8 +352,8 @@ class PolicyServer:
                 version = self.version
                 for p in batch:
                     p.version = version
-                gen = await asyncio.to_thread(generate_batch, self.policy, [p.gen for p in batch],
-                                              generator=self._generator)
+                gen = await self._in_model_thread(generate_batch, self.policy, [p.gen for p in batch],
+                                                  generator=self._generator)
         except Exception as e:
             log.exception("batch of %d requests failed", len(batch))
             for p in batch:

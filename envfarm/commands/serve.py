@@ -39,7 +39,9 @@ def serve(
         help="Poll this folder and hot-swap in the newest policy saved under it (spec.json + "
              "model.safetensors, e.g. the learner's checkpoints).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the preset's initial weights and of sampling.")] = 0,
-    threads: Annotated[int | None, typer.Option(min=1, help="torch CPU threads [default: torch's].")] = None,
+    threads: Annotated[int | None, typer.Option(
+        min=1, help="torch CPU threads of the model thread [default: torch's]; 1 is fastest on a busy "
+                    "machine.")] = None,
 ) -> None:
     """Serve a policy over OpenAI-compatible HTTP: /v1/models, /v1/chat/completions, POST /weights."""
     import torch
@@ -51,7 +53,7 @@ def serve(
         torch.set_num_threads(threads)
     policy = load_policy(preset=None if checkpoint else preset, path=checkpoint, device=device, seed=seed)
     config = ServerConfig(max_batch=max_batch, batch_window_ms=batch_window_ms, max_tokens=max_tokens,
-                          seed=seed, watch=str(watch) if watch else None)
+                          seed=seed, watch=str(watch) if watch else None, threads=threads)
 
     def ready(url: str) -> None:
         console.print(f"serving [bold]{policy.name}[/bold] ({policy.num_params() / 1e6:.2f}M params, "

@@ -25,11 +25,13 @@ def recompute(policy: Policy, prompt: list[int], completion: tuple[int, ...]) ->
     return [logp[len(prompt) - 1 + i, t].item() for i, t in enumerate(completion)]
 
 
-def test_logprobs_equal_a_full_forward_of_the_returned_tokens(policy: Policy) -> None:
-    prompts = [policy.encode_prompt([{"role": "user", "content": "What is 3*4?"}]), [65, 66, 67]]
+@pytest.mark.parametrize("padded", [True, False])
+def test_logprobs_equal_a_full_forward_of_the_returned_tokens(policy: Policy, padded: bool) -> None:
+    prompts = [policy.encode_prompt([{"role": "user", "content": "What is 3*4?"}])]
+    prompts.append([65, 66, 67] if padded else prompts[0][::-1])  # other lengths: left padding
     out = generate(policy, prompts, n=3, temperature=0.8, top_p=0.9, max_tokens=24,
                    generator=torch.Generator().manual_seed(0))
-    assert [len(s) for s in out] == [3, 3]
+    assert [len(s) for s in out] == [3, 3] and out[0] != out[1]
     for prompt, samples in zip(prompts, out, strict=True):
         for s in samples:
             assert len(s.token_ids) == len(s.logprobs) and 1 <= len(s.token_ids) <= 24
