@@ -8,7 +8,8 @@ the spool cannot know while the farm runs, for ``envfarm dashboard`` and any oth
      "active": 64, "max_active": 64, "steps": 980, "steps_per_s": 96.2, "interrupted": 0,
      "paused": null, "stopped": null,
      "pool": {"size": 32, "max_live": 112, "idle": 30, "leased": 64, "starting": 2, "live": 98, ...},
-     "time_s": {"sandbox": 12.1, "policy": 40.2, "env": 80.3, "queue": 0.0, "total": 140.9}}
+     "time_s": {"sandbox": 12.1, "policy": 40.2, "env": 80.3, "queue": 0.0, "total": 140.9},
+     "nodes": null}                                      # a farm on Ray: one entry per node
 
 ``state`` is ``starting`` (setting up the pool and the policy), ``running``, then ``finished`` or
 ``stopped`` (the last write, when the farm ends). ``time_s`` sums the finished episodes' timings and the
@@ -81,7 +82,10 @@ class LiveStatus:
     paused: str | None
     stopped: str | None
     pool: PoolState | None
+    """The shared sandbox pool of this process (None for a farm on Ray: each node's worker has its own)."""
     time_s: dict[str, float]
+    nodes: list[dict[str, Any]] | None = None
+    """Ray farm: one entry per node (``NodeStats.to_dict``: slots, episodes, steps, requeued, lost)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, **asdict(self)}
@@ -110,7 +114,8 @@ def snapshot(farm: Farm, state: str) -> LiveStatus:
         done=tally.finished, done_before=live.done_before, active=live.active, max_active=live.max_active,
         steps=live.steps, steps_per_s=round(live.steps_per_s(), 2), interrupted=live.interrupted,
         paused=live.paused, stopped=farm.stopped, pool=pool_state,
-        time_s={k: round(v, 4) for k, v in time_s.items()})
+        time_s={k: round(v, 4) for k, v in time_s.items()},
+        nodes=[n.to_dict() for n in getattr(farm, "nodes", ())] or None)
 
 
 def write_live(path: Path, status: LiveStatus) -> None:

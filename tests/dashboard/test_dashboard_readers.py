@@ -196,3 +196,19 @@ def test_a_stopped_farm_and_a_farm_that_died(tmp_path: Path) -> None:
     live["state"], live["time"] = "running", live["time"] - 60
     (tmp_path / "stopped" / "live.json").write_text(json.dumps(live))
     assert FarmRun(tmp_path / "stopped").status()["state"] == "not responding"
+
+
+def test_ray_nodes_in_live_json_reach_the_view(runs: Path, tmp_path: Path) -> None:
+    import shutil
+
+    run_dir = tmp_path / "ray"
+    shutil.copytree(runs / "toolcalc", run_dir)
+    live = read_live(run_dir)
+    assert live is not None and live["nodes"] is None, "a farm without Ray has no nodes"
+    node = {"node_id": "n1", "address": "127.0.0.1", "hostname": "head", "head": True, "capacity": 2,
+            "slots": 4, "episodes": 12, "steps": 24, "episodes_per_s": 3.0, "steps_per_s": 6.0, "requeued": 0,
+            "lost": None}
+    live.update(nodes=[node], pool=None)
+    (run_dir / "live.json").write_text(json.dumps(live))
+    status = FarmRun(run_dir).status()
+    assert status["nodes"] == [node] and status["pool"] is None

@@ -52,7 +52,8 @@ function renderFarm(main, src, d) {
       h("section", {}, h("h2", {}, "Where the time goes"), splitBar(d.time_split || {}, TIME_COLORS),
         h("p", {class: "muted small"}, d.state === "running" ? "finished episodes plus the time so far of those in flight"
           : "over the finished episodes")),
-      h("section", {}, h("h2", {}, "Sandbox pool"), poolView(pool))),
+      h("section", {}, h("h2", {}, "Sandbox pool"), poolView(pool, d))),
+    d.nodes ? nodesView(d.nodes) : null,
     h("div", {class: "charts"},
       lineChart({title: "episodes done", series: [{name: "done", points: seriesPoints(d.series, "done")}], xLabel: "s", height: 150}),
       lineChart({title: "steps/s", series: [{name: "steps/s", points: seriesPoints(d.series, "steps_per_s"), color: "#16a34a"}], xLabel: "s", yMin: 0, height: 150}),
@@ -61,8 +62,21 @@ function renderFarm(main, src, d) {
   );
 }
 
-function poolView(pool) {
-  if (!pool) return h("p", {class: "muted", id: "pool"}, "no live.json yet (the farm writes it while it runs)");
+function nodesView(nodes) {
+  return h("section", {}, h("h2", {}, `Ray nodes (${nodes.length})`),
+    h("table", {class: "grid-table", id: "nodes"}, h("thead", {}, h("tr", {},
+      ["node", "slots", "episodes", "episodes/s", "steps/s", "requeued", "lost"].map((c) => h("th", {}, c)))),
+      h("tbody", {}, nodes.map((n) => h("tr", {}, h("td", {class: "mono"}, `${n.hostname || n.address || n.node_id}${n.head ? " (head)" : ""}`),
+        h("td", {}, String(n.slots)), h("td", {}, String(n.episodes)), h("td", {}, fmtNum(n.episodes_per_s, 2)),
+        h("td", {}, fmtNum(n.steps_per_s, 1)), h("td", {}, String(n.requeued)), h("td", {class: "bad"}, n.lost || ""))))));
+}
+
+function poolView(pool, d) {
+  if (!pool) {
+    const why = d.nodes ? "each Ray node's worker keeps its own pool" : d.live_age_s === null
+      ? "no live.json (the farm writes it while it runs)" : "no pool in this process yet";
+    return h("p", {class: "muted", id: "pool"}, why);
+  }
   const cap = pool.max_live || Math.max(1, pool.live);
   const seg = (n, color, name) => n > 0 ? h("span", {style: `width:${(100 * n / cap).toFixed(2)}%;background:${color}`, title: `${name} ${n}`}) : null;
   return h("div", {},
