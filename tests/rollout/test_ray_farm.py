@@ -8,6 +8,7 @@ import ipaddress
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -134,15 +135,27 @@ def envfarm(*args: str, timeout: float = 120) -> tuple[int, str]:
     return proc.returncode, proc.stdout + proc.stderr
 
 
-async def test_cli_farm_run_and_eval_on_the_cluster(cluster: Any, tmp_path: Path) -> None:
-    run, summary = tmp_path / "run", tmp_path / "summary.json"
-    code, text = await asyncio.to_thread(envfarm, "farm", "run", *ENV, "--ray", cluster.address, "--episodes",
-                                         "30", "--concurrency", "6", "--run-dir", str(run), "--summary",
-                                         str(summary))
-    assert code == 0, text
+async def test_cli_farm_run_interrupted_then_resumed_and_eval(cluster: Any, tmp_path: Path) -> None:
+    run, out, summary = tmp_path / "run", tmp_path / "out.jsonl", tmp_path / "summary.json"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "envfarm.cli", "farm", "run", *ENV, "--ray", cluster.address, "--episodes",
+        "60", "--concurrency", "6", "--out", str(out), "--run-dir", str(run), "--summary", str(summary),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    for _ in range(6000):  # up to 60 s for the driver to join and the workers to start
+        if len(read_jsonl(out)) >= 8 or proc.returncode is not None:
+            break
+        await asyncio.sleep(0.01)
+    proc.send_signal(signal.SIGINT)  # drains: no new episodes, those in flight on the nodes finish
+    text = (await asyncio.wait_for(proc.communicate(), 60))[0].decode()
+    assert proc.returncode == 130, text
     s = json.loads(summary.read_text())
-    assert (s["episodes_completed"], s["nodes_used"]) == (30, 2) and "node 127.0.0.1/" in text
+    assert s["stopped"] == "interrupted" and 8 <= s["episodes_completed"] < 60 and s["nodes_used"] >= 1
     assert json.loads((run / "run.json").read_text())["options"]["ray"] == cluster.address
+    code, text = await asyncio.to_thread(envfarm, "farm", "run", "--resume", str(run), "--quiet")  # its --ray
+    assert code == 0, text
+    assert sorted(x["index"] for x in read_jsonl(out)) == list(range(60)) == spool_indices(run)
+    s = json.loads(summary.read_text())
+    assert (s["episodes_completed"], s["nodes_used"]) == (60, 2) and "node 127.0.0.1/" in text
     folder = tmp_path / "eval"
     code, text = await asyncio.to_thread(envfarm, "eval", *ENV, "--ray", cluster.address, "--episodes", "10",
                                          "--attempts", "2", "--concurrency", "4", "--run-dir", str(folder))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from envfarm.errors import ConfigError
-from envfarm.rollout.ray_cluster import RayConfig, interleave, split
+from envfarm.rollout.ray_cluster import RayConfig, _node, _split, interleave, split
 
 
 @pytest.mark.parametrize(("total", "caps", "want"), [
@@ -30,3 +30,19 @@ def test_interleave_spreads_every_prefix() -> None:
 def test_bad_addresses() -> None:
     with pytest.raises(ConfigError, match="needs an address"):
         RayConfig(" ")
+
+
+def test_nodes_by_cpu_or_custom_resource() -> None:
+    raw = {"NodeID": "ab" * 28, "NodeManagerAddress": "10.0.0.2", "NodeManagerHostname": "w2",
+           "Resources": {"CPU": 8.0, "envfarm": 32.0}}
+    by_cpu, by_resource = _node(raw, None), _node(raw, "envfarm")
+    assert by_cpu is not None and by_cpu.capacity == 8 and not by_cpu.head
+    assert by_cpu.name == "10.0.0.2/ababab"
+    assert by_resource is not None and by_resource.capacity == 32
+    assert _node(raw, "gpu-farm") is None  # nodes without the resource get no worker
+
+
+def test_address_forms() -> None:
+    assert _split("10.0.0.1:6379") == ("10.0.0.1", 6379) and _split("[::1]:6379") == ("::1", 6379)
+    with pytest.raises(ConfigError, match="HOST:PORT"):
+        _split("10.0.0.1")
