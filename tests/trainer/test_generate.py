@@ -39,6 +39,17 @@ def test_logprobs_equal_a_full_forward_of_the_returned_tokens(policy: Policy, pa
                                                      strict=True)) < 1e-4
 
 
+def test_bf16_autocast_path_runs(policy: Policy) -> None:
+    """The GPU path (bf16 autocast, bf16 KV cache), exercised on the CPU: logprobs near the fp32 ones."""
+    prompt = policy.encode_prompt([{"role": "user", "content": "What is 3*4?"}])
+    reqs = [GenRequest(prompt, n=2, max_tokens=8, generator=torch.Generator().manual_seed(0)),
+            GenRequest([1, 2, 3], max_tokens=8)]
+    gen = generate_batch(policy, reqs, autocast=True, check_every=4)
+    for s in gen.samples[0]:
+        rec = recompute(policy, prompt, s.token_ids)
+        assert max(abs(a - b) for a, b in zip(rec, s.logprobs, strict=True)) < 0.1
+
+
 def test_rows_stop_at_eos_and_length(policy: Policy) -> None:
     eos = policy.tokenizer.eos_id
     with torch.no_grad():  # make eos overwhelmingly likely: every row stops after one token

@@ -135,16 +135,18 @@ async def test_tool_calls_plain_and_streamed() -> None:
 
 async def test_stream_matches_plain_reply(served: Served) -> None:
     _, client = served
-    args = {"model": "envfarm-tiny-cpu", "messages": USER, "max_tokens": 14, "seed": 3, "logprobs": True}
+    args = {"model": "envfarm-tiny-cpu", "messages": USER, "max_tokens": 14, "seed": 3, "logprobs": True,
+            "n": 2}
     plain = await client.chat.completions.create(**args)
     chunks = [c async for c in await client.chat.completions.create(stream=True, **args)]
-    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    lps = [e.logprob for c in chunks if c.choices and c.choices[0].logprobs
-           for e in c.choices[0].logprobs.content]
-    assert text == plain.choices[0].message.content
-    assert lps == [e.logprob for e in plain.choices[0].logprobs.content]
-    assert chunks[-1].choices[0].finish_reason == plain.choices[0].finish_reason
-    assert all(c.weight_version == 0 for c in chunks)
+    assert all(c.weight_version == 0 for c in chunks) and chunks[0].choices[0].delta.role == "assistant"
+    for i, choice in enumerate(plain.choices):
+        mine = [c.choices[0] for c in chunks if c.choices and c.choices[0].index == i]
+        text = "".join(c.delta.content or "" for c in mine)
+        lps = [e.logprob for c in mine if c.logprobs for e in c.logprobs.content]
+        assert text == choice.message.content
+        assert lps == [e.logprob for e in choice.logprobs.content]
+        assert [c.finish_reason for c in mine if c.finish_reason] == [choice.finish_reason]
 
 
 async def test_concurrent_requests_share_forward_passes(served: Served) -> None:
