@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -19,8 +21,10 @@ import typer
 from rich.console import Console
 
 from envfarm.dashboard.server import serve
+from envfarm.dashboard.sources import Source
 
 DEFAULT_RUNS = Path("runs")
+KINDS = {"farm": "farm run", "trainer": "trainer run", "harness": "harness run"}
 
 console = Console()
 
@@ -36,6 +40,10 @@ def dashboard(
     """Serve the dashboard: live farm view, trajectory browser, training curves, harness results."""
     paths = list(run or [DEFAULT_RUNS])
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(paths, host, port, ready=lambda url: console.print(
-            f"dashboard on {url}  ({len(paths)} folder{'s' if len(paths) > 1 else ''}; Ctrl-C stops it)",
-            highlight=False)))
+        asyncio.run(serve(paths, host, port, ready=_ready))
+
+
+def _ready(url: str, sources: Sequence[Source]) -> None:
+    kinds = Counter(s.kind for s in sources)
+    found = ", ".join(f"{n} {KINDS[k]}{'s' if n > 1 else ''}" for k, n in sorted(kinds.items()))
+    console.print(f"dashboard on {url}  ({found}; Ctrl-C stops it)", highlight=False, soft_wrap=True)

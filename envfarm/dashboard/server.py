@@ -239,10 +239,11 @@ class DashboardServer:
         await self.stop()
 
 
-async def serve(paths: Sequence[Path], host: str, port: int, ready: Callable[[str], None]) -> None:
-    """Serve until cancelled; ``ready(url)`` once listening."""
+async def serve(paths: Sequence[Path], host: str, port: int,
+                ready: Callable[[str, Sequence[Source]], None]) -> None:
+    """Serve until cancelled; ``ready(url, runs found)`` once listening."""
     async with DashboardServer(paths, host, port) as srv:
-        ready(srv.url)
+        ready(srv.url, list(srv.dashboard.sources.values()))
         await asyncio.Event().wait()
 
 

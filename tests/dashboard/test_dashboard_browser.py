@@ -132,6 +132,9 @@ def test_a_trajectory_opens_and_shows_its_tool_calls(driver: Any, site: str, ids
     assert len(_rows(driver, "#tool-calls tbody tr")) == len(calls)
     assert "Correct" in text_of(driver, "#tool-calls")
     assert driver.current_url.endswith("/episodes/11")
+    driver.back()  # the list comes back with the filter that was set
+    _until(driver, lambda: len(_rows(driver, "#episodes tbody tr")) == 12)
+    assert Select(driver.find_element(By.NAME, "status")).first_selected_option.text == "completed"
 
 
 def test_code_repair_episode_shows_diff_tests_and_log(driver: Any, site: str, ids: dict[str, str]) -> None:

@@ -92,6 +92,7 @@ function poolView(pool, d) {
 // --------------------------------------------------------------------------------- trajectory browser
 
 const FILTERS = ["env", "task", "status", "infra", "min_reward", "max_reward", "version"];
+const savedFilters = {};  // run id -> the browser's filters, kept while the page is open
 
 function renderBrowser(main, src, d, state) {
   if (!main.querySelector("#episode-filters")) {
@@ -113,6 +114,10 @@ function renderBrowser(main, src, d, state) {
         ["#", "task", "status", "reward", "steps", "tools called", "version", "finished"].map((c) => h("th", {}, c)))),
         h("tbody", {})));
   }
+  if (state.lastDone === null) {
+    const form = main.querySelector("#episode-filters");
+    for (const [k, v] of Object.entries(savedFilters[src.id] || {})) if (form.elements[k]) form.elements[k].value = v;
+  }
   if (state.lastDone !== d.done) { state.lastDone = d.done; refreshTable(main, src, state); }
 }
 
@@ -121,6 +126,7 @@ async function refreshTable(main, src, state) {
   if (!form) return;
   const q = new URLSearchParams();
   for (const f of FILTERS) { const v = form.elements[f].value; if (v !== "") q.set(f, v); }
+  savedFilters[src.id] = Object.fromEntries(q);
   const my = ++state.seq;
   const data = await api(`/api/farm/${src.id}/episodes?${q}`);
   if (my !== state.seq || !document.body.contains(form)) return;
@@ -139,6 +145,7 @@ async function refreshTable(main, src, state) {
 
 function renderEpisode(main, src, t) {
   const cr = t.code_repair;
+  const hasTokens = t.turns.some((x) => x.n_tokens > 0);
   put(main,
     h("div", {class: "title-row"}, h("h1", {}, `Episode ${t.index}`), badge(t.status),
       h("a", {href: `#/farm/${src.id}/episodes`, class: "button"}, "← trajectories")),
@@ -154,12 +161,14 @@ function renderEpisode(main, src, t) {
     h("div", {class: "transcript", id: "transcript"}, t.messages.map(message)),
     h("h2", {}, "Tool calls"),
     h("table", {class: "grid-table", id: "tool-calls"}, h("thead", {}, h("tr", {},
-      ["#", "tool", "arguments", "observation", "reward", "env", "policy"].map((c) => h("th", {}, c)))),
+      ["#", "tool", "arguments", "observation", "reward", "env", "policy", hasTokens ? "tokens (mean logprob)" : null]
+        .filter(Boolean).map((c) => h("th", {}, c)))),
       h("tbody", {}, t.calls.map((c, i) => h("tr", {class: "tool-call-row"},
         h("td", {}, String(i + 1)), h("td", {class: "mono"}, c.tool || badge(c.error || "unparsed", "error")),
         h("td", {}, h("pre", {class: "small"}, c.arguments !== null ? JSON.stringify(c.arguments, null, 1) : c.action)),
         h("td", {}, h("pre", {class: "small observation"}, c.observation)), h("td", {}, fmtNum(c.reward, 3)),
-        h("td", {class: "small"}, secs(t.turns[i].env_s)), h("td", {class: "small"}, secs(t.turns[i].policy_s)))))),
+        h("td", {class: "small"}, secs(t.turns[i].env_s)), h("td", {class: "small"}, secs(t.turns[i].policy_s)),
+        hasTokens ? h("td", {class: "small"}, `${t.turns[i].n_tokens} (${fmtNum(t.turns[i].mean_logprob, 3)})`) : null)))),
     Object.keys(t.meta || {}).length ? h("details", {}, h("summary", {}, "meta (the env's final info)"),
       h("pre", {class: "small"}, JSON.stringify(t.meta, null, 2))) : null,
     h("details", {}, h("summary", {}, `tools offered (${t.tools.length})`),
