@@ -5,6 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -269,3 +276,44 @@ async def test_farm_episodes_carry_tokens_logprobs_and_version(tmp_path: Path) -
         for turn in t.turns:
             assert turn.token_ids and len(turn.token_ids) == len(turn.logprobs or ())
             assert turn.prompt_token_ids and turn.weight_version == 0
+
+
+@pytest.mark.slow
+def test_cli_serve_drives_farm_run(tmp_path: Path) -> None:
+    """`envfarm serve` in one process, `envfarm farm run --policy openai:...` in another (~20 s)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cli = [sys.executable, "-c", "from envfarm.cli import main; main()"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    server = subprocess.Popen([*cli, "serve", "--preset", "tiny-cpu", "--port", str(port), "--threads", "1"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(300):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as resp:
+                    assert json.load(resp)["model"] == "envfarm-tiny-cpu"
+                    break
+            except OSError:
+                assert server.poll() is None, server.communicate()
+                time.sleep(0.1)
+        out = tmp_path / "out.jsonl"
+        run = subprocess.run([*cli, "farm", "run", "--env", "envfarm/ToolCalc-v0", "--episodes", "2",
+                              "--policy", f"openai:http://127.0.0.1:{port}/v1", "--backend", "local",
+                              "--max-tokens", "16", "--out", str(out), "--run-dir", str(tmp_path / "run"),
+                              "--quiet"], env=env, capture_output=True, text=True, timeout=240)
+        assert run.returncode == 0, run.stderr[-2000:]
+        trajs = [json.loads(line) for line in out.read_text().splitlines()]
+        assert len(trajs) == 2 and all(t["status"] == "completed" for t in trajs)
+        for turn in (turn for t in trajs for turn in t["turns"]):
+            assert turn["weight_version"] == 0 and turn["prompt_token_ids"]
+            assert len(turn["token_ids"]) == len(turn["logprobs"]) >= 1
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(timeout=20)
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.wait()
+    assert server.returncode == 0, server.stderr.read() if server.stderr else ""
