@@ -6,7 +6,8 @@
                   either the report dir or one <run-id> folder may be given
 
 A folder that is none of these is searched one level down (the farm's ``runs/`` folder lists every run in
-it). Discovery reads directory listings and at most a few small files; it is safe to repeat every request.
+it); a trainer folder's farm runs (``DIR/runs/<phase>``: demos, evaluations, RL rollouts) are listed too.
+Discovery reads directory listings and at most a few small files; it is safe to repeat every request.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ class Source:
     """Harness: the run id (the folder under the report dir)."""
     model: str = ""
     """Harness: the model folder name (``model_name_or_path`` with ``/`` as ``__``)."""
+    label: str = ""
+    """What the page calls it, when not the folder name (a trainer's farm run: ``<trainer> · rl``)."""
 
     @property
     def id(self) -> str:
@@ -48,7 +51,7 @@ class Source:
     def name(self) -> str:
         if self.kind == "harness":
             return f"{self.run_id} · {self.model}"
-        return self.path.name
+        return self.label or self.path.name
 
     @property
     def root(self) -> Path:
@@ -85,6 +88,9 @@ def find_runs(path: Path) -> list[Source]:
         return own
     for child in _subdirs(path):
         own += _runs_here(child, deep=False)
+    if any(s.kind == "trainer" for s in own):  # the trainer keeps its farm runs in DIR/runs/<phase>
+        own += [Source("farm", c, label=f"{path.name} · {c.name}") for c in _subdirs(path / "runs")
+                if (c / RUN_JSON).is_file()]
     return _unique(own)
 
 

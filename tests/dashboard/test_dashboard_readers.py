@@ -212,3 +212,12 @@ def test_ray_nodes_in_live_json_reach_the_view(runs: Path, tmp_path: Path) -> No
     (run_dir / "live.json").write_text(json.dumps(live))
     status = FarmRun(run_dir).status()
     assert status["nodes"] == [node] and status["pool"] is None
+
+
+def test_a_trainer_folders_farm_runs_are_listed(runs: Path, tmp_path: Path) -> None:
+    import shutil
+
+    folder = write_trainer_run(tmp_path / "train")
+    shutil.copytree(runs / "toolcalc", folder / "runs" / "rl")
+    kinds = sorted((s.kind, s.name) for s in discover([folder]))
+    assert kinds == [("farm", "train · rl"), ("trainer", "train")]
