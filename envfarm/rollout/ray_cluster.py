@@ -163,18 +163,6 @@ def split(total: int, capacities: Sequence[float]) -> list[int]:
     return shares
 
 
-def interleave(shares: Sequence[int]) -> list[int]:
-    """Slot owners in an order that spreads every prefix over the nodes by share (smooth weighted round
-    robin): the first slots started go to different nodes even when there are fewer episodes than slots."""
-    given, out = [0] * len(shares), []
-    for _ in range(sum(shares)):
-        i = min((i for i, s in enumerate(shares) if given[i] < s),
-                key=lambda i: (given[i] / shares[i], -shares[i], i))
-        given[i] += 1
-        out.append(i)
-    return out
-
-
 def _split(address: str) -> tuple[str, int]:
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit():
@@ -215,4 +203,4 @@ def _keep_loopback() -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False
 
 
-__all__ = ["Cluster", "NodeInfo", "RayConfig", "connect", "interleave", "split"]
+__all__ = ["Cluster", "NodeInfo", "RayConfig", "connect", "split"]

@@ -9,18 +9,20 @@
 
 Shape: a :class:`Farm` whose episode slots play remotely. On setup the driver joins the cluster
 (``ray_cluster.connect``), starts a :class:`FarmWorker` pinned to every node that has capacity (CPUs, or the
-``--ray-resource`` amount), and splits ``concurrency`` across them by capacity. Each slot belongs to one
-worker and pulls the next index from the farm's one queue through the farm's gate (backpressure, staleness,
-stop), so a faster node plays more; the episode runs on the node (its backend, its images, its pool) and its
-Trajectory JSON comes back as the reply of that one call. Everything else is the one-machine farm's: the
+``--ray-resource`` amount), and splits ``concurrency`` across them by capacity. A free episode slot pulls the
+next index from the farm's one queue through the farm's gate (backpressure, staleness, stop) and hands it to
+the live worker with the largest free part of its share, so a faster node, whose episodes end sooner, plays
+more; the episode runs on the node (its backend, its images, its pool) and its Trajectory JSON comes back as
+the reply of that one call. Everything else is the one-machine farm's: the
 fsync'd spool, sink cursors, at-least-once delivery, ``--resume``, interrupted records, the summary.
 
 Node loss: a call that fails because its actor or node died (``RayActorError``, a crashed worker, a lost
 object) puts that index back at the head of the queue for the other workers and retires the worker; nothing
-was recorded for it, so nothing is duplicated (and the driver records an index at most once regardless).
-Slots of live workers wait while other episodes are in flight, in case those come back. When every worker is
-lost the run stops with :class:`ClusterUnavailable`; ``--resume RUN`` runs what is missing. A policy that is
-unavailable on a node stops the run as on one machine.
+was recorded for it, so nothing is duplicated (and the driver records an index at most once regardless);
+the concurrency is split again over the live workers. Free slots wait while other episodes are in flight,
+in case those come back. When every worker is lost the run stops with :class:`ClusterUnavailable`;
+``--resume RUN`` runs what is missing. A policy that is unavailable on a node stops the run as on one
+machine.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from envfarm.errors import ClusterUnavailable, ConfigError, FarmError, RolloutEr
 from .episode import Episode
 from .farm import GATE_POLL_S, Farm, FarmConfig
 from .policies import Policy
-from .ray_cluster import Cluster, NodeInfo, RayConfig, connect, interleave, split
+from .ray_cluster import Cluster, NodeInfo, RayConfig, connect, split
 from .ray_worker import FarmWorker, WorkerInfo, WorkerSpec
 from .sinks import Sink
 from .summary import Summary
@@ -60,6 +62,7 @@ class NodeStats:
 
     node: NodeInfo
     slots: int
+    """Episodes it may have in flight: its share of the concurrency (re-split when a node is lost)."""
     handle: Any = None
     info: WorkerInfo | None = None
     episodes: int = 0
@@ -92,7 +95,6 @@ class RayFarm(Farm):
                          summary_path=summary_path, options=options)
         self.ray = ray
         self.nodes: list[NodeStats] = []
-        self._slot_owners: list[int] = []
         self._recorded: set[int] = set()
         self._cluster: Cluster | None = None
 
@@ -109,7 +111,6 @@ class RayFarm(Farm):
         nodes = await self._cluster.nodes()
         shares = split(self.config.concurrency, [n.capacity for n in nodes])
         self.nodes = [NodeStats(n, s) for n, s in zip(nodes, shares, strict=True) if s > 0]
-        self._slot_owners = interleave([s.slots for s in self.nodes])
         stack.push_async_callback(self._stop_workers)
         await self._start_workers(policy)
         stack.push_async_callback(self.policy.aclose)
@@ -167,11 +168,8 @@ class RayFarm(Farm):
     # ------------------------------------------------------------------------------------------ slots
 
     async def _worker(self, out: asyncio.Queue[Trajectory | None]) -> None:
-        owner = self.nodes[self._slot_owners.pop(0)]
         while (index := await self._admit()) is not None:
-            if owner.lost is not None:  # retired while this slot waited at the gate
-                self._pending.appendleft(index)
-                return
+            owner = self._least_loaded()
             self._inflight[index] = Episode(self.spec.episode_id(index), self.spec.env_id, index,
                                             self.spec.seed_of(index), self.spec.attempt_of(index),
                                             self.policy.name)
@@ -181,7 +179,7 @@ class RayFarm(Farm):
                 line = await self._play(owner, index)
             except _WorkerLost as e:
                 self._requeue(owner, index, str(e))
-                return
+                continue
             finally:
                 self.live.end()
                 owner.inflight.discard(index)
@@ -196,6 +194,14 @@ class RayFarm(Farm):
             if index is not None or self._stopping or not self._inflight:
                 return index
             await asyncio.sleep(GATE_POLL_S)
+
+    def _least_loaded(self) -> NodeStats:
+        """The live worker with the largest free part of its share. One exists: this slot is free, so fewer
+        than ``concurrency`` (the sum of the live workers' shares) episodes are in flight."""
+        alive = [s for s in self.nodes if s.lost is None]
+        if not alive:
+            self._check_workers()
+        return max(alive, key=lambda s: ((s.slots - len(s.inflight)) / max(s.slots, 1), s.slots))
 
     async def _play(self, owner: NodeStats, index: int) -> str:
         import ray
@@ -214,7 +220,9 @@ class RayFarm(Farm):
                 raise cause from None
             raise RolloutError(f"the farm worker on node {owner.node.name} failed: {e}") from e
         except (rx.RayActorError, rx.WorkerCrashedError, rx.NodeDiedError, rx.ObjectLostError) as e:
-            raise _WorkerLost(f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
+            first = (str(e).splitlines() or [""])[0]
+            raise _WorkerLost(f"{type(e).__name__}: {first if len(first) <= 160 else first[:157] + '...'}") \
+                from e
 
     def _requeue(self, owner: NodeStats, index: int, why: str) -> None:
         self._pending.appendleft(index)  # before it leaves _inflight: waiting slots see one or the other
@@ -222,8 +230,12 @@ class RayFarm(Farm):
         owner.requeued += 1
         if owner.lost is None:
             owner.lost, owner.ended = why, time.monotonic()
-            log.warning("farm worker on node %s lost (%s); its episodes go to the other nodes",
+            log.warning("farm worker on node %s lost (%s); its episodes and slots go to the other nodes",
                         owner.node.name, why)
+            alive = [s for s in self.nodes if s.lost is None]
+            for s, share in zip(alive, split(self.config.concurrency, [s.node.capacity for s in alive]),
+                                strict=True):
+                s.slots = share
         log.info("episode %s requeued (node %s lost)", self.spec.episode_id(index), owner.node.name)
         self._check_workers()
 

@@ -124,7 +124,8 @@ async def test_a_node_lost_mid_run_has_its_episodes_rerun(cluster: Any, tmp_path
     s = farm.summary()
     lost = s.nodes[f"127.0.0.1/{doomed.node_id[:6]}"]
     assert lost["lost"] and lost["requeued"] >= 1 and lost["episodes"] >= 1, lost
-    assert [v["lost"] for k, v in s.nodes.items() if v is not lost] == [None, None]
+    survivors = [v for v in s.nodes.values() if v is not lost]
+    assert [v["lost"] for v in survivors] == [None, None] and sum(v["slots"] for v in survivors) == 12
     assert s.nodes_used == 3 and s.episodes_completed == 120 and s.stopped is None
     assert sum(v["episodes"] for v in s.nodes.values()) == 120
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from envfarm.errors import ConfigError
-from envfarm.rollout.ray_cluster import RayConfig, _node, _split, interleave, split
+from envfarm.rollout.ray_cluster import RayConfig, _node, _split, split
 
 
 @pytest.mark.parametrize(("total", "caps", "want"), [
@@ -19,12 +19,6 @@ from envfarm.rollout.ray_cluster import RayConfig, _node, _split, interleave, sp
 def test_split_by_capacity(total: int, caps: list[float], want: list[int]) -> None:
     got = split(total, caps)
     assert got == want and sum(got) == (total if caps else 0)
-
-
-def test_interleave_spreads_every_prefix() -> None:
-    order = interleave([4, 2])
-    assert sorted(order) == [0, 0, 0, 0, 1, 1] and order[:2] in ([0, 1], [1, 0])
-    assert interleave([1, 1, 1]) == [0, 1, 2] and interleave([]) == []
 
 
 def test_bad_addresses() -> None:
