@@ -81,6 +81,7 @@ from envfarm.commands import harness as _harness  # noqa: E402
 from envfarm.commands import images as _images  # noqa: E402
 from envfarm.commands import serve as _serve  # noqa: E402
 from envfarm.commands import tasks as _tasks  # noqa: E402
+from envfarm.commands import train as _train  # noqa: E402
 from envfarm.commands.sandbox import sandbox_app  # noqa: E402
 
 app.add_typer(_images.app, name="images")
@@ -91,6 +92,7 @@ app.command(name="demo")(_demo.demo)
 app.add_typer(_farm.app, name="farm")
 app.command(name="eval")(_farm.eval_command)
 app.add_typer(_harness.app, name="harness")
+app.command(name="train")(_train.train)
 app.add_typer(_tasks.app, name="tasks")
 app.command(name="dashboard")(_dashboard.dashboard)
 app.command(name="serve")(_serve.serve)

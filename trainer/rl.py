@@ -1,0 +1,196 @@
+"""The RL phase: the farm samples from the policy server, the learner updates and publishes, concurrently.
+
+    phase = RLPhase(config, out, learner, policy, server_url, metrics, state)
+    await phase.run()
+
+One asyncio loop holds the farm (``openai:`` policy over HTTP to the server, NDJSON over HTTP to the
+learner's :class:`Inbox`), the inbox and this loop; the learner's compute runs in a worker thread, so the
+farm keeps sampling with the current weights while an update is computed (asynchronous RL, at most
+``max_staleness`` versions behind). Each update:
+
+1. takes complete GRPO groups from the inbox until ``prompts_per_update`` of them are informative (rewards
+   not all equal; the others are counted and skipped: they carry no gradient);
+2. turns them into samples (behaviour logprobs, group advantages; broken episodes, stale turns dropped);
+3. runs one PPO-clipped optimizer step (worker thread), bumps the weight version and POSTs the weights to
+   the server (version, bytes, seconds go to metrics.jsonl);
+4. checkpoints (weights, optimizer, version, the inbox cursor) every ``checkpoint_every`` updates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from envfarm.errors import TrainerError
+from envfarm.rollout.farm import Farm, FarmConfig
+from envfarm.rollout.openai_policy import OpenAIPolicy
+from envfarm.rollout.sinks import HTTPSink
+from envfarm.rollout.trajectory import Trajectory
+
+from .ingest import Inbox
+from .learner import Learner
+from .metrics import Metrics
+from .samples import rl_samples
+from .train_config import TrainConfig
+from .weights import publish
+
+log = logging.getLogger(__name__)
+
+RL_RUN = "runs/rl"
+GROUP_WINDOW = 4
+"""An update waits for at most this many times ``prompts_per_update`` groups."""
+INGEST_STORE = "ingest.jsonl"
+
+
+@dataclass
+class RLState:
+    """The RL phase's progress; saved in every checkpoint (JSON-ready)."""
+
+    version: int = 0
+    updates: int = 0
+    seconds: float = 0.0
+    """RL wall time so far (all sessions), for ``minutes``."""
+    cursor: dict[str, Any] | None = None
+    dropped: dict[str, int] = field(default_factory=dict)
+
+
+Checkpointer = Callable[[RLState], Any]
+
+
+class RLPhase:
+    """See the module docstring."""
+
+    def __init__(self, config: TrainConfig, out: Path, learner: Learner, server_url: str, metrics: Metrics,
+                 state: RLState, checkpoint: Checkpointer, max_context: int,
+                 on_update: Callable[[RLState, float | None], None] | None = None) -> None:
+        self.config = config
+        self.out = out
+        self.learner = learner
+        self.server_url = server_url
+        self.metrics = metrics
+        self.state = state
+        self.checkpoint = checkpoint
+        self.max_context = max_context
+        self.on_update = on_update
+        self.dropped: Counter[str] = Counter(state.dropped)
+        self.inbox = Inbox(out / INGEST_STORE, config.group_size, weight_version=state.version)
+        self._t0, self._base_s = time.monotonic(), state.seconds
+
+    def _spent(self) -> float:
+        return self._base_s + time.monotonic() - self._t0
+
+    def _done(self) -> bool:
+        c, s = self.config, self.state
+        return s.updates >= c.rl_updates or (c.minutes is not None and self._spent() >= c.minutes * 60)
+
+    async def run(self) -> RLState:
+        self._t0, self._base_s = time.monotonic(), self.state.seconds
+        if self._done():
+            return self.state
+        url = await self.inbox.start(cursor=self.state.cursor)
+        farm = self._farm(url)
+        farm_task = asyncio.create_task(_consume(farm), name="rl farm")
+        try:
+            async with aiohttp.ClientSession() as session:
+                while not self._done():
+                    groups = await self._collect(farm_task)
+                    await self._update(groups, session)
+        finally:
+            farm.stop(cancel=True)
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(farm_task), timeout=120)
+            await self.inbox.aclose()
+        if farm_task.done() and not farm_task.cancelled() and farm_task.exception() is not None:
+            log.warning("RL farm ended with %s", farm_task.exception())
+        return self.state
+
+    def _farm(self, learner_url: str) -> Farm:
+        c = self.config
+        episodes = max(c.rl_updates, 1) * c.prompts_per_update * c.group_size * 4
+        config = FarmConfig(env_id=c.env_id, episodes=episodes, concurrency=c.concurrency, backend=c.backend,
+                            seed=c.rl_seed, attempts=c.group_size, step_slots=c.step_slots,
+                            max_staleness=c.max_staleness)
+        policy = OpenAIPolicy(self.server_url, temperature=c.temperature, max_tokens=c.max_tokens,
+                              max_connections=c.concurrency, timeout_s=600.0)
+        run_dir = self.out / RL_RUN
+        return Farm(config, policy, run_dir=run_dir, resume=(run_dir / "run.json").exists(),
+                    sinks=[HTTPSink(learner_url, max_backlog=4 * c.prompts_per_update * c.group_size)])
+
+    async def _collect(self, farm_task: asyncio.Task[None]) -> list[list[Trajectory]]:
+        """Complete groups until ``prompts_per_update`` informative ones, or ``GROUP_WINDOW`` times as many
+        groups in all (a policy that always fails, or always succeeds, gives no signal), or the farm ends."""
+        taken: list[list[Trajectory]] = []
+        informative = 0
+        limit = GROUP_WINDOW * self.config.prompts_per_update
+        while informative < self.config.prompts_per_update and len(taken) < limit:
+            take = asyncio.ensure_future(self.inbox.take(1))
+            await asyncio.wait([take, farm_task], return_when=asyncio.FIRST_COMPLETED)
+            if not take.done():
+                take.cancel()
+                taken.extend(self.inbox.take_ready())
+                if taken:
+                    break
+                error = farm_task.exception() if not farm_task.cancelled() else None
+                raise TrainerError(f"the RL farm stopped before the learner had its groups: "
+                                   f"{error or 'done'}; see {self.out / RL_RUN}") from error
+            group = take.result()[0]
+            taken.append(group)
+            rewards = {t.reward for t in group if t.status == "completed"}
+            informative += len(rewards) > 1
+        return taken
+
+    async def _update(self, groups: list[list[Trajectory]], session: aiohttp.ClientSession) -> None:
+        c, s = self.config, self.state
+        samples, counts = rl_samples(groups, s.version, c.max_staleness, self.max_context)
+        self.dropped.update({k: v for k, v in counts.items() if k not in ("samples", "episodes", "turns")})
+        useful = [x for x in samples if x.advantage != 0.0]
+        completed = [t.reward for g in groups for t in g if t.status == "completed"]
+        reward_mean = sum(completed) / len(completed) if completed else None
+        stats = await asyncio.to_thread(self.learner.update, useful, "rl") if useful else None
+        if stats is None:
+            self.dropped["skipped_updates"] += 1
+            log.warning("update %d: no sample with a non-zero advantage in %d groups; no optimizer step",
+                        s.updates + 1, len(groups))
+        s.version += 1
+        s.updates += 1
+        result = await publish(self.server_url, self.learner.module, s.version, session=session)
+        self.inbox.weight_version = s.version
+        lag = [s.version - 1 - x.version for x in useful if x.version is not None]
+        self.metrics.update(step=s.updates, phase="rl", loss=stats.loss if stats else 0.0,
+                            reward_mean=reward_mean, kl=stats.kl if stats else None,
+                            clip_frac=stats.clip_frac if stats else None, lr=self.config.lr,
+                            samples=stats.samples if stats else 0, tokens=stats.tokens if stats else 0,
+                            version=s.version, grad_norm=stats.grad_norm if stats else None,
+                            ratio_mean=stats.ratio_mean if stats else None, groups=len(groups),
+                            episodes=len(completed), update_s=round(stats.seconds, 3) if stats else 0.0,
+                            staleness_mean=round(sum(lag) / len(lag), 3) if lag else None,
+                            skipped=stats is None)
+        self.metrics.publish(version=s.version, bytes=result.bytes, seconds=round(result.seconds, 4))
+        if self.on_update is not None:
+            self.on_update(s, reward_mean)
+        if s.updates % c.checkpoint_every == 0 or self._done():
+            await self._checkpoint()
+
+    async def _checkpoint(self) -> None:
+        s = self.state
+        s.seconds = round(self._spent(), 3)
+        s.cursor = self.inbox.cursor()
+        s.dropped = dict(self.dropped)
+        await asyncio.to_thread(self.checkpoint, s)
+
+
+async def _consume(farm: Farm) -> None:
+    async for _ in farm.run():
+        pass
+
+
+__all__ = ["INGEST_STORE", "RL_RUN", "RLPhase", "RLState"]

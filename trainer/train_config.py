@@ -1,0 +1,132 @@
+"""What ``envfarm train`` runs: one frozen config, stored as ``DIR/config.json`` (``--resume`` reads it back).
+
+Seeds: demonstrations, RL tasks and held-out evaluation tasks come from three disjoint seed ranges
+(``demo_seed``, ``rl_seed``, ``eval_seed`` upwards), so no evaluation task was trained on.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from envfarm.errors import ConfigError
+
+CONFIG_FILE = "config.json"
+SEED_RANGE = 1_000_000
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The whole SFT -> RL -> evaluation run."""
+
+    env_id: str = "envfarm/ToolCalc-v0"
+    """A registered env id."""
+    preset: str = "tiny-cpu"
+    """Built-in model preset to start from (random init), unless ``checkpoint`` is given."""
+    checkpoint: str | None = None
+    """A policy folder (``save_policy`` output or a Hugging Face folder) to start from instead."""
+    device: str | None = None
+    """cpu, cuda, cuda:N; None: cuda when available, else cpu."""
+    backend: str = "bwrap"
+    """Sandbox backend of every farm run (bwrap: fastest here)."""
+    seed: int = 0
+    """Model init and SFT batch order."""
+    threads: int | None = None
+    """torch intra-op threads (None: torch's default)."""
+    # -- warm start
+    sft_demos: int = 2000
+    """Oracle demonstration episodes for SFT."""
+    sft_steps: int = 600
+    """SFT optimizer steps (0: no warm start)."""
+    sft_batch: int = 16
+    """Episodes per SFT step."""
+    sft_lr: float = 1e-3
+    # -- RL
+    rl_updates: int = 40
+    """RL optimizer steps (each one a new weight version); ``minutes`` may stop earlier."""
+    minutes: float | None = None
+    """Wall-clock budget of the RL phase (None: no limit)."""
+    group_size: int = 8
+    """Attempts per task: the GRPO group."""
+    prompts_per_update: int = 16
+    """Informative groups (rewards not all equal) per update."""
+    lr: float = 3e-4
+    kl_coef: float = 0.0
+    """Weight of the k3 KL to the SFT policy (0: none, no reference kept)."""
+    clip_eps: float = 0.2
+    max_staleness: int = 1
+    """Episodes start only on weights at most this many versions behind; older turns are dropped."""
+    temperature: float = 1.0
+    """Sampling temperature for RL and for both evaluations."""
+    max_tokens: int = 96
+    """Tokens per completion."""
+    concurrency: int = 64
+    """Episodes in flight (RL farm and evaluations)."""
+    step_slots: int | None = 2
+    """Env steps running in sandboxes at once (the calculator is CPU-bound)."""
+    max_batch: int = 64
+    """Policy server: rows per generation batch."""
+    micro_batch_tokens: int = 16384
+    """Learner: padded tokens per micro-batch (gradient accumulation unit)."""
+    checkpoint_every: int = 1
+    """RL updates between checkpoints (SFT: every 100 steps)."""
+    # -- evaluation
+    eval_episodes: int = 500
+    """Held-out tasks evaluated before and after RL (the same seeds)."""
+    demo_seed: int = SEED_RANGE
+    rl_seed: int = 2 * SEED_RANGE
+    eval_seed: int = 3 * SEED_RANGE
+
+    def __post_init__(self) -> None:
+        positive = {"sft_demos": self.sft_demos, "sft_batch": self.sft_batch, "group_size": self.group_size,
+                    "prompts_per_update": self.prompts_per_update, "max_tokens": self.max_tokens,
+                    "concurrency": self.concurrency, "max_batch": self.max_batch,
+                    "micro_batch_tokens": self.micro_batch_tokens, "checkpoint_every": self.checkpoint_every,
+                    "eval_episodes": self.eval_episodes}
+        bad = [f"{k}={v}" for k, v in positive.items() if v < 1]
+        bad += [f"{k}={v}" for k, v in {"sft_steps": self.sft_steps, "rl_updates": self.rl_updates,
+                                         "max_staleness": self.max_staleness, "kl_coef": self.kl_coef,
+                                         "temperature": self.temperature}.items() if v < 0]
+        if self.lr <= 0 or self.sft_lr <= 0:
+            bad.append(f"lr={self.lr}, sft_lr={self.sft_lr}")
+        if self.minutes is not None and self.minutes <= 0:
+            bad.append(f"minutes={self.minutes}")
+        if bad:
+            raise ConfigError(f"invalid training options: {', '.join(bad)} (counts must be >= 1, rates > 0)")
+        if self.group_size < 2:
+            raise ConfigError(f"group_size {self.group_size}: GRPO needs at least 2 attempts per task")
+        ranges = sorted([self.demo_seed, self.rl_seed, self.eval_seed])
+        if ranges[1] - ranges[0] < SEED_RANGE or ranges[2] - ranges[1] < SEED_RANGE:
+            raise ConfigError("demo_seed, rl_seed and eval_seed must be at least 1,000,000 apart (disjoint "
+                              "tasks)")
+
+    def with_options(self, **changes: Any) -> TrainConfig:
+        """A copy with the given (non-None) options changed; ConfigError for an unknown name."""
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise ConfigError(f"unknown training options {unknown}")
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def save(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / (CONFIG_FILE + ".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        tmp.replace(folder / CONFIG_FILE)
+
+    @classmethod
+    def load(cls, folder: Path) -> TrainConfig:
+        path = Path(folder) / CONFIG_FILE
+        if not path.is_file():
+            raise ConfigError(f"{folder} is not a training folder (no {CONFIG_FILE}); give the --out folder "
+                              "of an earlier `envfarm train`")
+        try:
+            data = json.loads(path.read_text())
+            return cls(**data)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"{path} is damaged ({e}); start a new run with another --out") from e
+
+
+__all__ = ["CONFIG_FILE", "TrainConfig"]
