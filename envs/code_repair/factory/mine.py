@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envfarm.errors import ConfigError, FarmError
+from envfarm.errors import ConfigError, FarmError, SandboxError
 from envfarm.sandbox import Backend, get_backend
 
 from . import repo as repo_mod
@@ -39,6 +39,9 @@ from .statement import problem_statement
 from .validate import Verdict, validate
 
 log = logging.getLogger(__name__)
+
+SESSION_TRIES = 3
+"""Sandboxes a mutant worker may start (one dying, e.g. killed from outside, does not end the run)."""
 
 
 class MineConfig(BaseModel):
@@ -143,7 +146,7 @@ async def mine(config: MineConfig, progress: ProgressFn | None = None) -> MineRe
     work = WorkFolder(config.out)
     t0 = time.monotonic()
     backend = get_backend(config.backend)
-    pipeline = _Validation(config, work, emit)
+    pipeline = _Validation(config, work, backend, emit)
     miners: list[_Miner] = []
     try:
         try:
@@ -189,8 +192,8 @@ def _first(group: BaseExceptionGroup[FarmError]) -> FarmError:
 class _Validation:
     """Validates one package's rows at a time (harness run id ``mine-validate-<key>``); keeps verdicts."""
 
-    def __init__(self, config: MineConfig, work: WorkFolder, emit: ProgressFn) -> None:
-        self.config, self.work, self.emit = config, work, emit
+    def __init__(self, config: MineConfig, work: WorkFolder, backend: Backend, emit: ProgressFn) -> None:
+        self.config, self.work, self.backend, self.emit = config, work, backend, emit
         self.verdicts: dict[str, Verdict] = {}
         self.rows: dict[str, list[dict[str, Any]]] = {}
         self.seconds = 0.0
@@ -214,7 +217,7 @@ class _Validation:
                     self.emit(Progress("validate", name, done, len(todo)))
 
             self.emit(Progress("validate", name, 0, len(todo)))
-            found, took = await validate(todo, logs, self.work, self.config.backend,
+            found, took = await validate(todo, logs, self.work, self.backend,
                                          self.config.validate_workers, on_event, f"mine-validate-{key}")
             self.verdicts.update(found)
             self.seconds += took
@@ -271,24 +274,40 @@ class _Miner:
         p = self.prepared
 
         async def worker() -> None:
-            async with TestSession.open(self.backend, p.image, p.project.files, p.project.env.test_cmd,
-                                        p.env) as session:
-                while True:
-                    async with lock:
-                        if not queue or len(self.kept()) >= target:
-                            return
-                        m = queue.pop(0)
-                    outcome = await self._try(session, m)
-                    self.outcomes[m.id] = outcome
-                    self.work.append_outcome(p.project.key, p.stamp, outcome)
-                    self.ran += 1
-                    self.emit(Progress("mutants", name, len(self.outcomes), len(self.candidates),
-                                       len(self.kept()), detail=f"{m.kind} {m.file}:{m.line}"))
+            for attempt in range(1, SESSION_TRIES + 1):
+                try:
+                    async with TestSession.open(self.backend, p.image, p.project.files,
+                                                p.project.env.test_cmd, p.env) as session:
+                        await self._drain(session, queue, lock, target)
+                    return
+                except SandboxError as e:  # a sandbox that died: its mutant goes back, a new sandbox
+                    if attempt == SESSION_TRIES:
+                        raise
+                    log.warning("%s: mutant sandbox failed (%s); starting another", name, e)
 
         async with asyncio.TaskGroup() as tg:
             for _ in range(min(self.config.jobs, len(queue))):
                 tg.create_task(worker())
         self.mine_s += time.monotonic() - t0
+
+    async def _drain(self, session: TestSession, queue: list[Mutation], lock: asyncio.Lock,
+                     target: int) -> None:
+        p, name = self.prepared, self.prepared.project.spec.name
+        while True:
+            async with lock:
+                if not queue or len(self.kept()) >= target:
+                    return
+                m = queue.pop(0)
+            try:
+                outcome = await self._try(session, m)
+            except BaseException:
+                queue.insert(0, m)
+                raise
+            self.outcomes[m.id] = outcome
+            self.work.append_outcome(p.project.key, p.stamp, outcome)
+            self.ran += 1
+            self.emit(Progress("mutants", name, len(self.outcomes), len(self.candidates), len(self.kept()),
+                               detail=f"{m.kind} {m.file}:{m.line}"))
 
     async def _try(self, session: TestSession, m: Mutation) -> Outcome:
         p = self.prepared

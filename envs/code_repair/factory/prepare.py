@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from envfarm.errors import BackendUnavailable, ImageError, TaskFactoryError, tail
+from envfarm.errors import BackendUnavailable, ImageError, SandboxError, TaskFactoryError, tail
 from envfarm.harness import SpecCatalog
 from envfarm.harness.images import build_env
 from envfarm.sandbox import Backend
@@ -92,10 +92,19 @@ async def prepare(spec: PackageSpec, work: WorkFolder, backend: Backend, find_li
     stamp = hashlib.sha256("\0".join([sd.sha256, built.tag, env_recipe.test_cmd, *layout.test_paths])
                            .encode()).hexdigest()[:16]
     cached = work.read_baseline(project.key, stamp)
-    if cached is None:
-        cached = await _baseline(project, layout, built.tag, backend, env)
+    for attempt in (1, 2):
+        if cached is not None:
+            break
+        try:
+            cached = await _baseline(project, layout, built.tag, backend, env)
+        except SandboxError as e:  # one retry: a sandbox killed from outside is not the package's fault
+            if attempt == 2:
+                raise TaskFactoryError(f"{spec}: the baseline test run failed twice: {e}") from e
+            log.warning("%s: baseline sandbox failed (%s); trying again", spec, e)
+            continue
         cached["stamp"] = stamp
         work.write_baseline(project.key, cached)
+    assert cached is not None
     passing = tuple(cached["passing"])
     if not passing:
         raise TaskFactoryError(f"{spec}: no test of the sdist passes in its environment; the log ends:\n"

@@ -1,6 +1,6 @@
 """Validation of mined rows by the harness itself: the gold patch resolves, the unfixed code does not.
 
-    verdicts = await validate(table, logs, work, backend_name, workers)   # {instance_id: Verdict}
+    verdicts = await validate(table, logs, work, backend, workers)   # {instance_id: Verdict}
 
 Gold: one ``harness.evaluate`` run with ``predictions="gold"`` over every row (repos and specs from the
 work folder; its run id is fixed, so a rerun only evaluates rows it has no report for). Empty: an empty
@@ -19,7 +19,7 @@ from typing import Any
 from envfarm.harness import Event, HarnessConfig, evaluate, grade, load_predictions
 from envfarm.harness.instances import instance_from_row
 from envfarm.harness.run import compose_log
-from envfarm.sandbox import ExecResult
+from envfarm.sandbox import Backend, ExecResult
 
 from .state import WorkFolder
 
@@ -43,7 +43,7 @@ async def validate(
     table: Sequence[Mapping[str, Any]],
     logs: Mapping[str, str],
     work: WorkFolder,
-    backend: str,
+    backend: Backend,
     workers: int,
     on_event: Callable[[Event], None] | None = None,
     run_id: str = RUN_ID,
@@ -53,9 +53,11 @@ async def validate(
     if not instances:
         return {}, 0.0
     config = HarnessConfig(run_id=run_id, report_dir=work.harness, repo_source=work.repos,
-                           specs=(work.specs,), max_workers=workers, backend=backend, timeout_s=600.0)
+                           specs=(work.specs,), max_workers=workers, backend=backend.name, timeout_s=600.0)
     t0 = time.monotonic()
-    run = await evaluate(instances, load_predictions("gold", instances), config, progress=on_event)
+    # the caller's backend: one sandbox-name counter per process (two backends would reuse names)
+    run = await evaluate(instances, load_predictions("gold", instances), config, progress=on_event,
+                         backend=backend)
     took = time.monotonic() - t0
     out = {}
     for inst in instances:
