@@ -1,15 +1,17 @@
 """Screenshots of each dashboard view, for docs/ and the README: ``python scripts/dashboard_screenshots.py``.
 
-Runs a real farm (the oracle on ToolCalc, bwrap, slowed so the live view is caught mid-run) and writes a
-code-repair run, a trainer folder and a harness report dir with tests/dashboard/dashboard_support.py (the
-harness's own grading and report code; the trainer's agreed metrics.jsonl format), serves the dashboard on
-127.0.0.1 and photographs each view in headless chromium. Writes docs/dashboard-<view>.png.
+Runs a real farm (the oracle on ToolCalc, bwrap, slowed so the live view is caught mid-run); with a docker
+daemon also a real CodeRepair-v0 run and a real harness run over built-in code-repair rows (without one,
+tests/dashboard/dashboard_support.py writes both with the harness's grading and report code); writes a
+trainer folder in the agreed metrics.jsonl format; serves the dashboard on 127.0.0.1 and photographs each
+view in headless chromium. Writes docs/dashboard-<view>.png.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import tempfile
 import threading
@@ -21,7 +23,9 @@ sys.path.insert(0, str(ROOT / "tests" / "dashboard"))
 
 from dashboard_browser import browser, console_errors, text_of, wait_for  # noqa: E402
 from dashboard_support import (  # noqa: E402
+    code_repair_run,
     farm_run,
+    harness_run,
     serve_in_thread,
     write_code_repair_run,
     write_harness_run,
@@ -73,9 +77,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="envfarm-shots-") as tmp:
         root = Path(tmp)
-        write_code_repair_run(root / "coderepair")
+        instance = _repair_and_harness(root)
         write_trainer_run(root / "trainer")
-        write_harness_run(root / "reports")
         work = farm_run(root / "toolcalc", episodes=args.episodes, concurrency=16, delay_s=0.1)
         farm = threading.Thread(target=asyncio.run, args=(work,), name="farm")
         farm.start()
@@ -96,11 +99,26 @@ def main() -> None:
                       args.out / "dashboard-training.png")
                 _shot(driver, f"{url}#/harness/{ids['harness']}", "#harness-instances",
                       args.out / "dashboard-harness.png")
-                _shot(driver, f"{url}#/harness/{ids['harness']}/envfarm-tests__calc-3", "#findings",
+                _shot(driver, f"{url}#/harness/{ids['harness']}/{instance}", "#findings",
                       args.out / "dashboard-harness-instance.png")
                 driver.get("about:blank")
         finally:
             farm.join()
+
+
+def _repair_and_harness(root: Path) -> str:
+    """Code-repair and harness runs: real ones on docker when a daemon answers. The tampered instance."""
+    from envfarm.sandbox import dockerutil
+
+    if dockerutil.ping():
+        asyncio.run(code_repair_run(root / "coderepair", episodes=4))
+        asyncio.run(harness_run(root / "reports"))
+        report = json.loads(next((root / "reports").glob("*.demo.json")).read_text())
+        return next(iter(report["tampered_ids"]))
+    print("no docker daemon: code-repair and harness runs written from the toy repository instead")
+    write_code_repair_run(root / "coderepair")
+    write_harness_run(root / "reports")
+    return "envfarm-tests__calc-3"
 
 
 def _live(driver: object, url: str, farm_id: str, out: Path, episodes: int) -> None:

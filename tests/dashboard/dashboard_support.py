@@ -4,6 +4,8 @@
 - ``write_trainer_run``: metrics.jsonl + summary.json in the trainer's agreed format.
 - ``write_harness_run``: a harness report dir written by the harness's own RunFolder, grade(), summarize()
   and write_summary() for the toy repository of tests/harness (resolved, partial, tampered, error, empty).
+- with docker: ``code_repair_run`` (a real CodeRepair-v0 farm run: the oracle's fix, run_tests, submit) and
+  ``harness_run`` (a real ``evaluate()`` of built-in code-repair rows: gold, wrong fix, tamper, empty).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from envfarm.harness.grading import ErrorKind, InstanceReport, error_report, gra
 from envfarm.harness.instances import Prediction, instance_from_row
 from envfarm.harness.report import Artifacts, RunFolder, summarize, write_summary
 from envfarm.rollout import Farm, FarmConfig, OraclePolicy
-from envfarm.rollout.policies import EpisodeView, Reply
+from envfarm.rollout.policies import EpisodeView, Reply, text_reply
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
 from toyrepo import PATCHES, row
@@ -57,19 +59,24 @@ async def farm_run(run_dir: Path, episodes: int = 12, concurrency: int = 4, dela
 
 
 def trainer_records(t0: float = 1_764_450_000.0) -> list[dict[str, Any]]:
-    """A short SFT-then-RL run in the agreed metrics.jsonl format (with one unknown kind)."""
-    recs: list[dict[str, Any]] = [{"kind": "eval", "time": t0, "phase": "before_rl", "mean_reward": 0.41,
-                                   "episodes": 1000}]
-    for step in range(1, 61):
-        rl = step > 30
-        recs.append({"kind": "update", "time": t0 + step * 5, "step": step, "phase": "rl" if rl else "sft",
-                     "loss": round(2.0 * math.exp(-step / 15) + (0.05 if rl else 0.2), 4),
-                     "reward_mean": round(0.4 + 0.01 * (step - 30), 3) if rl else None,
-                     "kl": round(0.002 * (step - 30), 4) if rl else None, "clip_frac": 0.1 if rl else None,
-                     "lr": 3e-4, "samples": 128, "tokens": 40960, "version": step // 10})
-        if step % 10 == 0:
-            recs.append({"kind": "publish", "time": t0 + step * 5 + 1, "version": step // 10,
-                         "bytes": 3_400_000, "seconds": 0.02})
+    """30 SFT steps then 30 RL updates in the agreed metrics.jsonl format, as the trainer writes them
+    (each phase counts its steps from 1; every RL update publishes a weight version), plus an unknown kind."""
+    recs: list[dict[str, Any]] = []
+    for step in range(1, 31):
+        recs.append({"kind": "update", "time": t0 + step * 2, "step": step, "phase": "sft",
+                     "loss": round(2.0 * math.exp(-step / 10) + 0.2, 4), "reward_mean": None, "kl": None,
+                     "clip_frac": None, "lr": 1e-3, "samples": 16, "tokens": 5120, "version": 0})
+    recs.append({"kind": "eval", "time": t0 + 70, "phase": "before_rl", "mean_reward": 0.41,
+                 "episodes": 1000})
+    for step in range(1, 31):
+        t = t0 + 80 + step * 10
+        recs.append({"kind": "update", "time": t, "step": step, "phase": "rl",
+                     "loss": round(0.05 * math.exp(-step / 20), 4),
+                     "reward_mean": round(0.4 + 0.01 * step, 3),
+                     "kl": round(0.002 * step, 4), "clip_frac": 0.1, "lr": 3e-4, "samples": 128,
+                     "tokens": 40960, "version": step})
+        recs.append({"kind": "publish", "time": t + 0.5, "version": step, "bytes": 3_400_000,
+                     "seconds": 0.02})
     recs.append({"kind": "eval", "time": t0 + 400, "phase": "after_rl", "mean_reward": 0.73,
                  "episodes": 1000})
     recs.append({"kind": "checkpoint", "time": t0 + 401, "path": "ckpt/final.safetensors"})  # unknown kind
@@ -199,3 +206,49 @@ def serve_in_thread(paths: Sequence[Path]) -> Iterator[str]:
     finally:
         stop.set()
         thread.join(10)
+
+
+class OracleThenTests(OraclePolicy):
+    """The oracle, with a ``run_tests`` call before its submit (so the trajectory holds a test log)."""
+
+    name = "oracle+tests"
+
+    async def act(self, view: EpisodeView) -> Reply:
+        plan: list[str] = view.state.setdefault("oracle", list(view.env.oracle()))
+        if not view.state.get("tests"):
+            plan.insert(len(plan) - 1, json.dumps({"name": "run_tests", "arguments": {}}))
+            view.state["tests"] = True
+        return text_reply(plan[view.step], view)
+
+
+async def code_repair_run(run_dir: Path, episodes: int = 2) -> Path:
+    """A real CodeRepair-v0 farm run on docker (built-in tasks)."""
+    config = FarmConfig(env_id="envfarm/CodeRepair-v0", episodes=episodes, concurrency=2, backend="docker")
+    farm = Farm(config, OracleThenTests(), run_dir=run_dir)
+    async for _ in farm.run():
+        pass
+    return run_dir
+
+
+CONFTEST_FORGERY = (
+    "diff --git a/conftest.py b/conftest.py\nnew file mode 100644\n--- /dev/null\n+++ b/conftest.py\n"
+    "@@ -0,0 +1,6 @@\n+import pytest\n+\n+\n+@pytest.hookimpl(hookwrapper=True)\n"
+    "+def pytest_runtest_makereport(item, call):\n+    (yield).get_result().outcome = \"passed\"\n")
+NOT_A_PATCH = "diff --git a/nope.py b/nope.py\n--- a/nope.py\n+++ b/nope.py\n@@ -1 +1 @@\n-x\n+y\n"
+
+
+async def harness_run(report_dir: Path, run_id: str = "demo", model: str = "demo/model") -> Path:
+    """A real harness run (docker) of five built-in code-repair rows: the gold fix, another bug's fix
+    (applies, fixes nothing), a conftest.py forgery (the tamper rule reverts it), an empty patch and a patch
+    that does not apply."""
+    from envfarm.envs.code_repair import builtin
+    from envfarm.harness import HarnessConfig, evaluate
+
+    projects = builtin.load_projects()
+    insts = [instance_from_row(r, r["instance_id"]) for r in builtin.rows(projects)[:5]]
+    patches = [insts[0].patch, insts[0].patch, CONFTEST_FORGERY, "", NOT_A_PATCH]
+    preds = {i.instance_id: Prediction(i.instance_id, model, p) for i, p in zip(insts, patches, strict=True)}
+    config = HarnessConfig(run_id=run_id, report_dir=report_dir, repo_source=builtin.cached_repos(projects),
+                           max_workers=2, timeout_s=300)
+    await evaluate(insts, preds, config)
+    return report_dir

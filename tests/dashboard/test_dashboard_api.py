@@ -60,7 +60,7 @@ async def test_sources_and_views(client: TestClient, runs: Path) -> None:
     farm = await _get(client, f"/api/view/{ids['toolcalc']}")
     assert (farm["kind"], farm["done"], farm["total"], farm["state"]) == ("farm", 12, 12, "finished")
     trainer = await _get(client, f"/api/view/{ids['train']}")
-    assert trainer["n_updates"] == 60 and len(trainer["publishes"]) == 6 and trainer["unknown_kinds"] == [
+    assert trainer["n_updates"] == 60 and len(trainer["publishes"]) == 30 and trainer["unknown_kinds"] == [
         "checkpoint"]
     harness = await _get(client, f"/api/view/{ids['harness']}")
     assert harness["counts"]["resolved"] == 1 and harness["rules"]["conftest"]

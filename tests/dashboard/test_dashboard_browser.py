@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from dashboard_browser import available, browser, console_errors, text_of, wait_for
-from dashboard_support import farm_run, serve_in_thread
+from dashboard_support import code_repair_run, farm_run, harness_run, serve_in_thread
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
@@ -69,7 +69,7 @@ def test_every_view_loads(driver: Any, site: str, ids: dict[str, str]) -> None:
         f"#/farm/{ids['toolcalc']}/episodes": ("#episodes tbody tr", 12),
         f"#/farm/{ids['toolcalc']}/episodes/0": ("#transcript .msg", 5),
         f"#/farm/{ids['repair']}/episodes/1": ("#code-repair", 1),
-        f"#/trainer/{ids['train']}": ("#publishes tbody tr", 6),
+        f"#/trainer/{ids['train']}": ("#publishes tbody tr", 20),
         f"#/harness/{ids['harness']}": ("#harness-instances tbody tr", 5),
         f"#/harness/{ids['harness']}/envfarm-tests__calc-3": ("#findings tbody tr", 1),
     }
@@ -154,7 +154,8 @@ def test_code_repair_episode_shows_diff_tests_and_log(driver: Any, site: str, id
 def test_training_view(driver: Any, site: str, ids: dict[str, str]) -> None:
     _open(driver, f"{site}#/trainer/{ids['train']}")
     wait_for(driver, "#publishes")
-    assert text_of(driver, "#train-updates") == "60" and text_of(driver, "#train-version") == "6"
+    assert text_of(driver, "#train-updates") == "60" and text_of(driver, "#train-version") == "30"
+    assert text_of(driver, "#train-step").startswith("30") and "10 earlier" in text_of(driver, "#main")
     assert text_of(driver, "#train-eval-diff") == "0.320"
     assert len(_rows(driver, "figure.chart path.line")) >= 4
     assert len(_rows(driver, "#evals tbody tr")) == 2
@@ -170,3 +171,28 @@ def test_harness_view_and_an_instance(driver: Any, site: str, ids: dict[str, str
     wait_for(driver, "#findings")
     assert "conftest" in text_of(driver, "#findings") and "reverted" not in text_of(driver, "#findings")
     assert "PASSED tests/test_ops.py::test_mul" in text_of(driver, 'details[data-log="test_output.txt"]')
+
+
+@pytest.mark.docker
+def test_real_code_repair_episode_and_harness_run(driver: Any, tmp_path: Path) -> None:
+    """A CodeRepair-v0 farm run and a harness run on docker, read as they are written."""
+    asyncio.run(code_repair_run(tmp_path / "coderepair", episodes=1))
+    asyncio.run(harness_run(tmp_path / "reports"))
+    with serve_in_thread([tmp_path]) as url:
+        ids = {s.kind: s.id for s in discover([tmp_path])}
+        _open(driver, f"{url}#/farm/{ids['farm']}/episodes/0")
+        wait_for(driver, "#code-repair")
+        assert "resolved" in text_of(driver, "#code-repair") and _rows(driver, "#diff .diff-add")
+        assert "fail" not in {e.text for e in _rows(driver, "#tests .badge")}
+        assert "passed" in text_of(driver, "#code-repair details pre.log")
+        assert [e.get_attribute("data-tool") for e in _rows(driver, ".tool-call")] == [
+            "create", "bash", "run_tests", "submit"]
+        _open(driver, f"{url}#/harness/{ids['harness']}")
+        _until(driver, lambda: len(_rows(driver, "#harness-instances tbody tr")) == 5)
+        outcomes = sorted(e.text for e in _rows(driver, "#harness-instances tbody td:nth-child(2)"))
+        assert outcomes == ["empty_patch", "error", "resolved", "unresolved", "unresolved"]
+        forged = driver.find_element(By.XPATH, "//tr[td//span[@class='rule' and text()='conftest']]")
+        forged.click()
+        wait_for(driver, "#findings")
+        assert "reverted" in text_of(driver, "#findings") and "conftest.py" in text_of(driver, "#findings")
+        driver.get("about:blank")

@@ -2,6 +2,7 @@
 "use strict";
 
 const state = {sources: [], stream: null, route: null, browser: {seq: 0, lastDone: null}};
+const SHOWN_PUBLISHES = 20;
 const KIND_LABEL = {farm: "Farm runs", trainer: "Training", harness: "Harness"};
 
 async function api(path) {
@@ -141,9 +142,10 @@ function renderTrainer(main, src, d) {
       : h("p", {class: "muted"}, "no eval records yet"),
     h("h2", {}, "Weight versions published"),
     (d.publishes || []).length ? h("table", {class: "grid-table", id: "publishes"}, h("thead", {}, h("tr", {}, ["version", "published", "size", "took"].map((c) => h("th", {}, c)))),
-      h("tbody", {}, d.publishes.slice().reverse().map((p) => h("tr", {}, h("td", {}, `v${p.version}`), h("td", {}, when(p.time)),
+      h("tbody", {}, d.publishes.slice(-SHOWN_PUBLISHES).reverse().map((p) => h("tr", {}, h("td", {}, `v${p.version}`), h("td", {}, when(p.time)),
         h("td", {}, p.bytes !== null && p.bytes !== undefined ? `${(p.bytes / 1048576).toFixed(2)} MiB` : "–"), h("td", {}, secs(p.seconds))))))
       : h("p", {class: "muted"}, "no weights published yet"),
+    d.publishes.length > SHOWN_PUBLISHES ? h("p", {class: "muted small"}, `newest ${SHOWN_PUBLISHES} shown; ${d.publishes.length - SHOWN_PUBLISHES} earlier`) : null,
     d.summary ? h("details", {}, h("summary", {}, "summary.json"), h("pre", {class: "small"}, JSON.stringify(d.summary, null, 2))) : null,
     d.unknown_kinds.length || d.bad_lines ? h("p", {class: "muted small"}, `ignored: ${d.unknown_kinds.join(", ")} ${d.bad_lines ? `${d.bad_lines} unreadable lines` : ""}`) : null,
   );
