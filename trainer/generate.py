@@ -21,6 +21,7 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -28,7 +29,9 @@ from torch import Tensor
 from envfarm.errors import ConfigError
 
 from .base import Sample
+from .model import Transformer
 from .policy import Policy
+from .prefix import Hit, PrefixCache, prefill, store_rows
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ class Generation:
     steps: int
     """Decode forward passes after the prefill."""
     seconds: float
+    cached_tokens: int = 0
+    """Prompt tokens whose keys/values came from the prefix cache instead of the prefill."""
 
 
 def generate(policy: Policy, prompts: Sequence[Sequence[int]], *, n: int = 1, temperature: float = 1.0,
@@ -85,13 +90,22 @@ def check_request(policy: Policy, req: GenRequest) -> int:
 
 
 def generate_batch(policy: Policy, requests: Sequence[GenRequest], *,
-                   generator: torch.Generator | None = None,
-                   check_every: int | None = None, autocast: bool | None = None) -> Generation:
-    """All ``requests`` in one batch (each repeated ``n`` times); see the module docstring."""
+                   generator: torch.Generator | None = None, check_every: int | None = None,
+                   autocast: bool | None = None, prefix_cache: PrefixCache | None = None) -> Generation:
+    """All ``requests`` in one batch (each repeated ``n`` times); see the module docstring. With a
+    ``prefix_cache`` (built-in model only) stored prompt prefixes are reused and every row is stored."""
     t0 = time.perf_counter()
     dev, tok = policy.device, policy.tokenizer
     budgets = [check_request(policy, r) for r in requests]
+    if prefix_cache is not None and not isinstance(policy.module, Transformer):
+        prefix_cache = None
+    if prefix_cache is not None:
+        prefix_cache.sync(policy.version)
+        req_hits = [prefix_cache.lookup(r.prompt) for r in requests]
+    else:
+        req_hits = [Hit()] * len(requests)
     rows = [(i, r) for i, r in enumerate(requests) for _ in range(r.n)]
+    rows.sort(key=lambda row: req_hits[row[0]].tokens - len(row[1].prompt))  # longest uncached first
     R = len(rows)
     new = torch.tensor([budgets[i] for i, _ in rows], device=dev)
     max_new = max(budgets[i] for i, _ in rows)
@@ -108,18 +122,25 @@ def generate_batch(policy: Policy, requests: Sequence[GenRequest], *,
     amp = torch.autocast(dev.type, dtype=torch.bfloat16) if use_autocast else contextlib.nullcontext()
     with torch.inference_mode(), amp:
         cache_dtype = torch.bfloat16 if use_autocast else None
-        out_ids, out_lp, steps = _decode(policy, ids, valid, new, max_new, sampler, every, _emitter(rows),
-                                         cache_dtype)
+        hits = [req_hits[i] for i, _ in rows] if prefix_cache is not None else None
+        out_ids, out_lp, steps, cache = _decode(policy, ids, valid, new, max_new, sampler, every,
+                                                _emitter(rows), cache_dtype, hits)
     out_ids_l, out_lp_l = out_ids.tolist(), out_lp.tolist()
     samples: list[list[Sample]] = [[] for _ in requests]
     completion = 0
+    completions = []
     for j, (i, _) in enumerate(rows):
         toks, lps = _trim(out_ids_l[j], out_lp_l[j], tok.eos_id, budgets[i])
         completion += len(toks)
+        completions.append(toks)
         reason = "stop" if toks and toks[-1] == tok.eos_id else "length"
         samples[i].append(Sample(tuple(toks), tuple(lps), reason))
     prompt_tokens = sum(len(r.prompt) for _, r in rows)
-    return Generation(samples, R, prompt_tokens, completion, steps, time.perf_counter() - t0)
+    cached = sum(req_hits[i].tokens for i, _ in rows)
+    if prefix_cache is not None:
+        with torch.inference_mode():
+            store_rows(prefix_cache, cache, [r.prompt for _, r in rows], completions, prompt_len)
+    return Generation(samples, R, prompt_tokens, completion, steps, time.perf_counter() - t0, cached)
 
 
 def _emitter(rows: Sequence[tuple[int, GenRequest]]) -> Callable[[Tensor, Tensor, Tensor], None] | None:
@@ -150,16 +171,21 @@ def _trim(ids: list[int], lps: list[float], eos: int, budget: int) -> tuple[list
 
 def _decode(policy: Policy, ids: Tensor, valid: Tensor, new: Tensor, max_new: int, sampler: _Sampler,
             every: int, emit: Callable[[Tensor, Tensor, Tensor], None] | None,
-            cache_dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor, int]:
-    """Prefill + decode loop; returns (tokens [R, max_new], logprobs [R, max_new], decode steps)."""
+            cache_dtype: torch.dtype | None = None, hits: Sequence[Hit] | None = None,
+            ) -> tuple[Tensor, Tensor, int, Any]:
+    """Prefill + decode loop; returns (tokens [R, max_new], logprobs [R, max_new], decode steps, cache)."""
     module, eos, pad = policy.module, policy.tokenizer.eos_id, policy.tokenizer.pad_id
     R, P = ids.shape
     positions = (valid[:, :P].long().cumsum(1) - 1).clamp(min=0)
     cache = module.new_cache(R, P + max_new) if cache_dtype is None else \
         module.new_cache(R, P + max_new, dtype=cache_dtype)
     padded = not bool(valid[:, 0].all())  # left padding: some row's first slot is a pad
-    logits = module(ids, positions=positions, key_mask=valid[:, :P] if padded else None, cache=cache,
-                    last_only=True)[:, -1]
+    if hits is not None and any(h.tokens for h in hits):
+        lengths = [int(n) for n in valid[:, :P].sum(1).tolist()]
+        logits = prefill(module, ids, valid, positions, cache, hits, lengths)
+    else:
+        logits = module(ids, positions=positions, key_mask=valid[:, :P] if padded else None, cache=cache,
+                        last_only=True)[:, -1]
     next_pos = positions[:, -1:] + 1
     out_ids = torch.full((R, max_new), pad, dtype=torch.long, device=ids.device)
     out_lp = torch.zeros((R, max_new), dtype=torch.float32, device=ids.device)
@@ -182,7 +208,7 @@ def _decode(policy: Policy, ids: Tensor, valid: Tensor, new: Tensor, max_new: in
                         last_only=True)[:, -1]
         next_pos = next_pos + 1
         steps += 1
-    return out_ids, out_lp, steps
+    return out_ids, out_lp, steps, cache
 
 
 class _Sampler:

@@ -95,6 +95,13 @@ class KVCache:
         self.capacity = capacity
         self.length = 0
 
+    def rows(self, start: int, stop: int, length: int) -> KVCache:
+        """A view of rows ``start:stop`` (no copy) whose next write goes to slot ``length``."""
+        view = object.__new__(KVCache)
+        view.k, view.v = self.k[:, start:stop], self.v[:, start:stop]
+        view.capacity, view.length = self.capacity, length
+        return view
+
 
 def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     half = x.shape[-1] // 2

@@ -10,6 +10,8 @@ seed, stream), ``POST /weights`` (or ``/v1/weights``; safetensors body, ``X-Weig
 ``GET /health``. Every response names the weight version (``X-Weight-Version`` header, ``weight_version``
 field). Bad requests get an OpenAI-style error object with status 400, never a traceback.
 
+Prefix cache: see ``prefix.py`` (the next turn of an episode prefills only its new tokens).
+
 Batching: requests land in a queue; one scheduler task waits ``batch_window_ms`` after the first, takes up
 to ``max_batch`` rows (a request with ``n`` samples is n rows) and runs prefill + decode for all of them in
 one call of :func:`generate_batch`, in a worker thread so the event loop keeps accepting requests. Requests
@@ -40,8 +42,10 @@ from envfarm.errors import ConfigError, FarmError, WeightsError
 
 from .base import VERSION_HEADER
 from .generate import Generation, GenRequest, check_request, generate_batch
+from .model import Transformer
 from .openai_api import ChatRequest, RequestError, error_body, parse_chat_request
 from .policy import SPEC_FILE, WEIGHTS_FILE, Policy, WeightVersion
+from .prefix import PrefixCache
 from .streaming import complete_response, stream_response
 from .weights import decode_state, load_into
 
@@ -67,6 +71,9 @@ class ServerConfig:
     :func:`~envfarm.trainer.policy.save_policy` writes them) is swapped in, with its ``weight_version``."""
     watch_interval_s: float = 2.0
     """Seconds between polls of ``watch``."""
+    prefix_cache_mb: int = 256
+    """Memory for keys/values of recent conversations, reused when a prompt extends one (the next turn of
+    an episode); built-in model only; 0 turns it off."""
     threads: int | None = None
     """torch CPU threads of the model thread (None: torch's default for a new thread). On a loaded shared
     machine 1 is fastest: OpenMP threads that wait for a descheduled sibling burn the time they save."""
@@ -82,6 +89,9 @@ class ServerStats:
     forward_passes: int = 0
     """Prefill + decode steps, over all batches."""
     completion_tokens: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    """Prompt tokens taken from the prefix cache instead of being prefilled."""
     swaps: int = 0
     max_batch_rows: int = 0
     generate_s: float = 0.0
@@ -117,6 +127,8 @@ class PolicyServer:
         self._generator = torch.Generator(policy.device).manual_seed(self.config.seed)
         self._tasks: list[asyncio.Task[None]] = []
         self._executor = self._new_executor()
+        mb = self.config.prefix_cache_mb
+        self.prefix = PrefixCache(mb << 20) if mb > 0 and isinstance(policy.module, Transformer) else None
         self._runner: web.AppRunner | None = None
         self.app = self._build_app()
 
@@ -284,8 +296,13 @@ class PolicyServer:
         if isinstance(state, nn.Module):
             state = state.state_dict()
         async with self._lock:  # between batches: no batch sees two versions
-            await self._in_model_thread(load_into, self.policy, state, version)
+            await self._in_model_thread(self._load, state, version)
             self.stats.swaps += 1
+
+    def _load(self, state: Mapping[str, torch.Tensor], version: WeightVersion) -> None:
+        load_into(self.policy, state, version)
+        if self.prefix is not None:
+            self.prefix.clear()
 
     def _next_version(self, header: str | None) -> WeightVersion:
         if header is None or not header.strip():
@@ -353,7 +370,7 @@ class PolicyServer:
                 for p in batch:
                     p.version = version
                 gen = await self._in_model_thread(generate_batch, self.policy, [p.gen for p in batch],
-                                                  generator=self._generator)
+                                                  generator=self._generator, prefix_cache=self.prefix)
         except Exception as e:
             log.exception("batch of %d requests failed", len(batch))
             for p in batch:
@@ -367,6 +384,8 @@ class PolicyServer:
         s.max_batch_rows = max(s.max_batch_rows, gen.rows)
         s.forward_passes += 1 + gen.steps
         s.completion_tokens += gen.completion_tokens
+        s.prompt_tokens += gen.prompt_tokens
+        s.cached_tokens += gen.cached_tokens
         s.generate_s += gen.seconds
         for i, p in enumerate(batch):
             if not p.future.done():

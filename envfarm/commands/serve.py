@@ -38,6 +38,8 @@ def serve(
     watch: Annotated[Path | None, typer.Option(
         help="Poll this folder and hot-swap in the newest policy saved under it (spec.json + "
              "model.safetensors, e.g. the learner's checkpoints).")] = None,
+    prefix_cache_mb: Annotated[int, typer.Option(
+        min=0, help="MiB of keys/values kept to reuse when a prompt extends an earlier one (0: off).")] = 256,
     seed: Annotated[int, typer.Option(help="Seed of the preset's initial weights and of sampling.")] = 0,
     threads: Annotated[int | None, typer.Option(
         min=1, help="torch CPU threads of the model thread [default: torch's]; 1 is fastest on a busy "
@@ -53,7 +55,8 @@ def serve(
         torch.set_num_threads(threads)
     policy = load_policy(preset=None if checkpoint else preset, path=checkpoint, device=device, seed=seed)
     config = ServerConfig(max_batch=max_batch, batch_window_ms=batch_window_ms, max_tokens=max_tokens,
-                          seed=seed, watch=str(watch) if watch else None, threads=threads)
+                          seed=seed, watch=str(watch) if watch else None, threads=threads,
+                          prefix_cache_mb=prefix_cache_mb)
 
     def ready(url: str) -> None:
         console.print(f"serving [bold]{policy.name}[/bold] ({policy.num_params() / 1e6:.2f}M params, "

@@ -8,6 +8,7 @@ import torch
 from envfarm.errors import ConfigError
 from envfarm.trainer.generate import GenRequest, generate, generate_batch
 from envfarm.trainer.policy import Policy, load_policy
+from envfarm.trainer.prefix import PrefixCache
 
 torch.set_num_threads(2)
 TINY = {"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64, "max_context": 128}
@@ -93,3 +94,34 @@ def test_bad_requests(policy: Policy) -> None:
         generate(policy, [[1] * 128])
     with pytest.raises(ConfigError, match="top_p"):
         generate(policy, [[1]], top_p=0)
+
+
+def test_prefix_cache_reuses_the_last_turn_and_changes_nothing(policy: Policy) -> None:
+    cache = PrefixCache(min_tokens=4)
+    p1 = policy.encode_prompt([{"role": "user", "content": "What is 3*4? Use the calc tool, then submit."}])
+    first = generate_batch(policy, [GenRequest(p1, max_tokens=8, generator=torch.Generator().manual_seed(0))],
+                           prefix_cache=cache)
+    s1 = first.samples[0][0]
+    assert first.cached_tokens == 0 and len(cache) == 1
+    p2 = p1 + list(s1.token_ids) + policy.tokenizer.encode("<|tool|>12<|eot|><|assistant|>")
+    fresh = policy.encode_prompt([{"role": "user", "content": "Something else entirely, and longer " * 2}])
+    reqs = [GenRequest(p2, n=2, max_tokens=8, generator=torch.Generator().manual_seed(1)),
+            GenRequest(fresh, max_tokens=8), GenRequest(p1[:-3], max_tokens=8)]
+    second = generate_batch(policy, reqs, prefix_cache=cache)
+    reused = len(p1) + len(s1.token_ids) - 1
+    assert second.cached_tokens == 2 * reused + len(p1) - 4  # p1[:-3] reuses all but its last token
+    for req, samples in zip(reqs, second.samples, strict=True):
+        for s in samples:
+            rec = recompute(policy, list(req.prompt), s.token_ids)
+            assert max(abs(a - b) for a, b in zip(rec, s.logprobs, strict=True)) < 1e-4
+    greedy = [GenRequest(p2, temperature=0, max_tokens=8), GenRequest(fresh, temperature=0, max_tokens=8)]
+    with_cache = generate_batch(policy, greedy, prefix_cache=cache)
+    without = generate_batch(policy, greedy)
+    assert with_cache.cached_tokens > 0
+    assert [s.token_ids for x in with_cache.samples for s in x] == \
+        [s.token_ids for x in without.samples for s in x]
+    policy.version = 1  # other weights: stored keys/values are stale
+    try:
+        assert generate_batch(policy, greedy, prefix_cache=cache).cached_tokens == 0
+    finally:
+        policy.version = 0

@@ -269,6 +269,8 @@ async def test_farm_episodes_carry_tokens_logprobs_and_version(tmp_path: Path) -
         policy = make_policy(f"openai:{server.url}/v1", max_tokens=24)
         async with policy:
             trajs = [t async for t in Farm(config, policy, run_dir=tmp_path / "run").run()]
+        stats = server.stats
+        assert stats.cached_tokens > stats.prompt_tokens / 2  # later turns reuse earlier keys/values
     assert len(trajs) == 3
     for t in trajs:
         assert t.status == "completed", t.error
