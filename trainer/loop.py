@@ -43,7 +43,7 @@ from .policy import Policy, clone_policy, load_policy, save_policy
 from .rl import RLPhase, RLState
 from .samples import sft_samples
 from .server import PolicyServer, ServerConfig
-from .sft import collect_demos, sft_batch
+from .sft import collect_demos, greedy_match, sft_batch, split_demos
 from .train_config import CONFIG_FILE, TrainConfig
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,6 @@ class Training:
         lcfg = LearnerConfig(lr=c.lr, clip_eps_low=c.clip_eps, clip_eps_high=c.clip_eps, kl_coef=c.kl_coef,
                              micro_batch_tokens=c.micro_batch_tokens, warmup_steps=0)
         self.learner = Learner(self.policy.module, lcfg, self.policy.tokenizer.pad_id, self.policy.device)
-        self.metrics = Metrics(self.out)
         timings = self.out / "timings.json"
         self.timings = json.loads(timings.read_text()) if timings.exists() else {}
         if c.sft_steps == 0:
@@ -132,6 +131,18 @@ class Training:
             self.policy.version = self.rl_state.version
             log.info("resumed from %s (phase %s, version %d)", found, self.loop_state["phase"],
                      self.rl_state.version)
+        self.metrics = Metrics(self.out, keep=self._logged_before if resume else None)
+
+    def _logged_before(self, record: dict[str, Any]) -> bool:
+        """Whether a metrics record of an earlier session belongs to the state resumed from."""
+        kind, phase = record.get("kind"), record.get("phase")
+        if kind == "update" and phase == "sft":
+            return int(record.get("step", 0)) <= int(self.loop_state.get("sft_step", 0))
+        if (kind == "update" and phase == "rl") or kind == "publish":
+            return int(record.get("version", 0)) <= self.rl_state.version
+        if kind == "eval":
+            return (self.out / "evals" / f"{phase}.json").exists()
+        return True
 
     async def _timed(self, name: str, work: Any) -> Any:
         t0 = time.monotonic()
@@ -149,18 +160,29 @@ class Training:
         self.progress.phase = "demos"
         demo_config = FarmConfig(env_id=c.env_id, episodes=c.sft_demos, concurrency=c.concurrency,
                                  backend=c.backend, seed=c.demo_seed, step_slots=c.step_slots)
-        demos = await collect_demos(demo_config, self.out / "runs" / "demos")
-        samples = await asyncio.to_thread(sft_samples, demos, policy)
+        train, held = split_demos(await collect_demos(demo_config, self.out / "runs" / "demos"),
+                                  c.sft_held_out)
+        samples = await asyncio.to_thread(sft_samples, train, policy)
+        checks = await asyncio.to_thread(sft_samples, held, policy)
         self.progress.phase, self.progress.total = "sft", c.sft_steps
         for step in range(int(self.loop_state["sft_step"]), c.sft_steps):
             lr = c.sft_lr * min(1.0, (step + 1) / SFT_WARMUP)
             batch = sft_batch(samples, c.sft_batch, c.seed, step)
             stats = await asyncio.to_thread(learner.update, batch, "sft", lr)
+            match = None
+            if c.sft_target > 0 and checks and (step + 1) % c.sft_check_every == 0:
+                match = await asyncio.to_thread(greedy_match, learner.module, checks, learner.pad_id,
+                                                learner.device, c.micro_batch_tokens)
             metrics.update(step=step + 1, phase="sft", loss=stats.loss, reward_mean=None, kl=None,
                            clip_frac=None, lr=lr, samples=stats.samples, tokens=stats.tokens, version=0,
-                           grad_norm=stats.grad_norm)
+                           grad_norm=stats.grad_norm, held_out_match=match)
             self.progress.step, self.progress.loss = step + 1, stats.loss
             self.loop_state["sft_step"] = step + 1
+            if match is not None and match >= c.sft_target:
+                log.info("SFT stops at step %d: held-out greedy match %.3f >= %.3f", step + 1, match,
+                         c.sft_target)
+                self.loop_state["sft_match"] = match
+                break
             if (step + 1) % SFT_CHECKPOINT_EVERY == 0 and step + 1 < c.sft_steps:
                 await asyncio.to_thread(self._save, f"sft-{step + 1:06d}")
         self.loop_state["phase"] = "rl"
@@ -232,7 +254,8 @@ class Training:
             "diff_ci95": [round(low, 4), round(high, 4)], "eval_temperature": c.temperature,
             "eval_seeds": [c.eval_seed, c.eval_seed + c.eval_episodes],
             "eval_infra_errors": {"before_rl": before.infra_errors, "after_rl": after.infra_errors},
-            "sft_steps": int(self.loop_state.get("sft_step", 0)), "rl_updates": self.rl_state.updates,
+            "sft_steps": int(self.loop_state.get("sft_step", 0)),
+            "sft_held_out_match": self.loop_state.get("sft_match"), "rl_updates": self.rl_state.updates,
             "final_version": self.rl_state.version, "rl_seconds": self.rl_state.seconds,
             "dropped": self.rl_state.dropped, "wall_s": round(sum(self.timings.values()), 1),
             "phase_s": self.timings, "load_avg_end": [round(x, 2) for x in os.getloadavg()],

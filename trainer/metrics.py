@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,12 +26,21 @@ Phase = Literal["sft", "rl"]
 
 
 class Metrics:
-    """Writes metrics.jsonl and TensorBoard scalars under ``out``. Blocking (small writes)."""
+    """Writes metrics.jsonl and TensorBoard scalars under ``out``. Blocking (small writes).
 
-    def __init__(self, out: Path, tensorboard: bool = True) -> None:
+    ``keep``: on a resumed run, only the records it accepts stay (the lines written after the checkpoint the
+    run resumes from are dropped, so a redone step is logged once)."""
+
+    def __init__(self, out: Path, tensorboard: bool = True,
+                 keep: Callable[[dict[str, Any]], bool] | None = None) -> None:
         self.out = Path(out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.path = self.out / "metrics.jsonl"
+        if keep is not None and self.path.exists():
+            kept = [r for r in read_metrics(self.path) if keep(r)]
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in kept))
+            tmp.replace(self.path)
         self._file = self.path.open("a", encoding="utf-8")
         self._tb: Any = None
         if tensorboard:

@@ -164,6 +164,8 @@ class RLPhase:
         s.updates += 1
         result = await publish(self.server_url, self.learner.module, s.version, session=session)
         self.inbox.weight_version = s.version
+        if s.updates % c.checkpoint_every == 0 or self._done():
+            await self._checkpoint()  # before the metrics line: a resumed run never logs an update twice
         lag = [s.version - 1 - x.version for x in useful if x.version is not None]
         self.metrics.update(step=s.updates, phase="rl", loss=stats.loss if stats else 0.0,
                             reward_mean=reward_mean, kl=stats.kl if stats else None,
@@ -177,8 +179,6 @@ class RLPhase:
         self.metrics.publish(version=s.version, bytes=result.bytes, seconds=round(result.seconds, 4))
         if self.on_update is not None:
             self.on_update(s, reward_mean)
-        if s.updates % c.checkpoint_every == 0 or self._done():
-            await self._checkpoint()
 
     async def _checkpoint(self) -> None:
         s = self.state

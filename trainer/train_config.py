@@ -38,13 +38,20 @@ class TrainConfig:
     # -- warm start
     sft_demos: int = 2000
     """Oracle demonstration episodes for SFT."""
-    sft_steps: int = 600
-    """SFT optimizer steps (0: no warm start)."""
-    sft_batch: int = 16
+    sft_steps: int = 1500
+    """Most SFT optimizer steps (0: no warm start); ``sft_target`` usually stops it earlier."""
+    sft_batch: int = 8
     """Episodes per SFT step."""
     sft_lr: float = 1e-3
+    sft_target: float = 0.5
+    """Stop SFT once greedy decoding reproduces this fraction of the held-out demonstrations (0: run all
+    ``sft_steps``). A competent warm start that leaves RL headroom; see sft.py."""
+    sft_check_every: int = 25
+    """SFT steps between two held-out checks."""
+    sft_held_out: int = 64
+    """Demonstrations held out of SFT for the check."""
     # -- RL
-    rl_updates: int = 40
+    rl_updates: int = 20
     """RL optimizer steps (each one a new weight version); ``minutes`` may stop earlier."""
     minutes: float | None = None
     """Wall-clock budget of the RL phase (None: no limit)."""
@@ -89,6 +96,9 @@ class TrainConfig:
         bad += [f"{k}={v}" for k, v in {"sft_steps": self.sft_steps, "rl_updates": self.rl_updates,
                                          "max_staleness": self.max_staleness, "kl_coef": self.kl_coef,
                                          "temperature": self.temperature}.items() if v < 0]
+        if not 0 <= self.sft_target <= 1 or self.sft_check_every < 1 or self.sft_held_out < 0:
+            bad.append(f"sft_target={self.sft_target} (0..1), sft_check_every={self.sft_check_every}, "
+                       f"sft_held_out={self.sft_held_out}")
         if self.lr <= 0 or self.sft_lr <= 0:
             bad.append(f"lr={self.lr}, sft_lr={self.sft_lr}")
         if self.minutes is not None and self.minutes <= 0:

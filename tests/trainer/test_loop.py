@@ -1,0 +1,86 @@
+"""``envfarm train`` end to end on bwrap through real HTTP (server, farm, learner in one process), tiny
+settings; then the same run killed with SIGKILL mid-RL and resumed with ``--resume``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
+
+TINY = ["--sft-steps", "3", "--sft-demos", "12", "--group-size", "2", "--prompts-per-update", "1",
+        "--eval-episodes", "20", "--concurrency", "8", "--max-tokens", "8", "--threads", "1", "--quiet"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def _train(*args: str) -> list[str]:
+    return [sys.executable, "-m", "envfarm.cli", "train", *args]
+
+
+def _records(out: Path) -> list[dict]:
+    path = out / "metrics.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def _rl_updates(out: Path) -> list[int]:
+    return [r["step"] for r in _records(out) if r["kind"] == "update" and r["phase"] == "rl"]
+
+
+def test_train_kill_and_resume(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = subprocess.Popen(_train("--out", str(out), "--rl-updates", "3", *TINY), env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not _rl_updates(out) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _rl_updates(out), f"no RL update within 240s:\n{proc.stdout.read().decode()[-3000:] if proc.poll() is not None else ''}"  # noqa: E501
+        os.killpg(proc.pid, signal.SIGKILL)  # the learner dies with its farm and server, mid-RL
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert not (out / "summary.json").exists()
+
+    done = subprocess.run(_train("--resume", str(out), "--quiet"), env=ENV, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("eval_before_rl", "eval_after_rl", "eval_episodes", "diff_ci95"):
+        assert key in summary
+    assert summary["eval_episodes"] == 20 and len(summary["diff_ci95"]) == 2
+    assert summary["rl_updates"] == 3 and summary["final_version"] == 3
+    assert _rl_updates(out) == [1, 2, 3]  # resumed from the last checkpoint: each update logged once
+    records = _records(out)
+    assert {r["kind"] for r in records} == {"update", "publish", "eval"}
+    assert all("time" in r for r in records)
+    publishes = [r for r in records if r["kind"] == "publish"]
+    assert [p["version"] for p in publishes] == [1, 2, 3] and all(p["bytes"] > 0 for p in publishes)
+    assert [r["phase"] for r in records if r["kind"] == "eval"] == ["before_rl", "after_rl"]
+    assert (out / "reward_curve.png").stat().st_size > 1000
+    assert any((out / "tensorboard").iterdir())
+    latest = (out / "checkpoints" / "latest").read_text().strip()
+    assert latest == "rl-000003"
+    for name in ("model.safetensors", "optimizer.safetensors", "state.json", "policy/spec.json"):
+        assert (out / "checkpoints" / latest / name).exists()
+    for run in ("demos", "eval-before_rl", "rl", "eval-after_rl"):
+        assert (out / "runs" / run / "run.json").exists()
+    ids = [json.loads(x)["episode_id"] for x in (out / "ingest.jsonl").read_text().splitlines()]
+    assert len(ids) == len(set(ids))  # the farm re-sent after the kill; the inbox stored each episode once
+
+
+def test_bad_options_exit_2(tmp_path: Path) -> None:
+    bad = subprocess.run(_train("--out", str(tmp_path / "x"), "--lr", "-1", "--quiet"), env=ENV,
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "error" in bad.stderr
+    missing = subprocess.run(_train("--resume", str(tmp_path / "nothing")), env=ENV, capture_output=True,
+                             text=True, timeout=60)
+    assert missing.returncode == 2 and "not a training folder" in missing.stderr
