@@ -3,6 +3,7 @@
 
 const state = {sources: [], stream: null, route: null, browser: {seq: 0, lastDone: null}};
 const SHOWN_PUBLISHES = 20;
+const PHASE_COLORS = {sft: "#1f6feb", rl: "#d97706"};
 const KIND_LABEL = {farm: "Farm runs", trainer: "Training", harness: "Harness"};
 
 async function api(path) {
@@ -110,7 +111,8 @@ function renderTrainer(main, src, d) {
   const u = d.updates || [], last = d.last || {};
   const pts = (key, phase) => u.filter((x) => !phase || x.phase === phase).map((x) => [x.step, x[key]]);
   const phases = [...new Set(u.map((x) => x.phase).filter(Boolean))];
-  const byPhase = (key) => (phases.length ? phases : [null]).map((p) => ({name: p || key, points: pts(key, p)}));
+  const byPhase = (key) => (phases.length ? phases : [null]).map((p) => ({name: p || key, points: pts(key, p), color: PHASE_COLORS[p]}));
+  const pubs = d.publishes || [], t0 = Math.min(...pubs.map((p) => p.time ?? Infinity), ...u.map((x) => x.time ?? Infinity));
   const evals = d.evals || [], s = d.summary || {};
   const ev = (phase) => evals.filter((e) => e.phase === phase).slice(-1)[0];
   const before = s.eval_before_rl ?? (ev("before_rl") || {}).mean_reward, after = s.eval_after_rl ?? (ev("after_rl") || {}).mean_reward;
@@ -129,10 +131,12 @@ function renderTrainer(main, src, d) {
     h("div", {class: "charts"},
       // each phase counts its own steps (SFT 1..n, then RL 1..m): one loss chart per phase
       (phases.length ? phases : [null]).map((p) => lineChart({title: p ? `loss · ${p}` : "loss",
-        series: [{name: "loss", points: pts("loss", p), color: p === "rl" ? "#d97706" : "#1f6feb"}], xLabel: "step"})),
+        series: [{name: "loss", points: pts("loss", p), color: PHASE_COLORS[p]}], xLabel: "step"})),
       lineChart({title: "reward (batch mean)", series: byPhase("reward_mean"), xLabel: "step", empty: "no rewards yet (SFT has none)"}),
       lineChart({title: "KL / clip fraction", series: [{name: "kl", points: pts("kl")}, {name: "clip_frac", points: pts("clip_frac")}], xLabel: "step", legend: true, empty: "no KL or clipping recorded"}),
       lineChart({title: "learning rate", series: byPhase("lr"), xLabel: "step", legend: phases.length > 1}),
+      lineChart({title: "weight versions published", series: [{name: "version", points: pubs.filter((p) => p.time).map((p) => [(p.time - t0) / 60, p.version]), color: "#7c3aed"}],
+        xLabel: "min", yMin: 0, empty: "no weights published yet"}),
       barChart({title: `eval: before vs after RL${s.eval_episodes ? ` (${s.eval_episodes} episodes)` : ""}`,
         bars: [before !== undefined && before !== null ? {label: "before RL", value: before} : null,
           after !== undefined && after !== null ? {label: "after RL", value: after, color: "#16a34a"} : null].filter(Boolean)})),
