@@ -123,8 +123,10 @@ def generate_batch(policy: Policy, requests: Sequence[GenRequest], *,
     with torch.inference_mode(), amp:
         cache_dtype = torch.bfloat16 if use_autocast else None
         hits = [req_hits[i] for i, _ in rows] if prefix_cache is not None else None
+        first: dict[tuple[int, ...], int] = {}
+        src = [first.setdefault(tuple(r.prompt), j) for j, (_, r) in enumerate(rows)]
         out_ids, out_lp, steps, cache = _decode(policy, ids, valid, new, max_new, sampler, every,
-                                                _emitter(rows), cache_dtype, hits)
+                                                _emitter(rows), cache_dtype, hits, src)
     out_ids_l, out_lp_l = out_ids.tolist(), out_lp.tolist()
     samples: list[list[Sample]] = [[] for _ in requests]
     completion = 0
@@ -169,23 +171,47 @@ def _trim(ids: list[int], lps: list[float], eos: int, budget: int) -> tuple[list
     return ids[:end], lps[:end]
 
 
-def _decode(policy: Policy, ids: Tensor, valid: Tensor, new: Tensor, max_new: int, sampler: _Sampler,
-            every: int, emit: Callable[[Tensor, Tensor, Tensor], None] | None,
-            cache_dtype: torch.dtype | None = None, hits: Sequence[Hit] | None = None,
-            ) -> tuple[Tensor, Tensor, int, Any]:
-    """Prefill + decode loop; returns (tokens [R, max_new], logprobs [R, max_new], decode steps, cache)."""
-    module, eos, pad = policy.module, policy.tokenizer.eos_id, policy.tokenizer.pad_id
+def _prefill(policy: Policy, ids: Tensor, valid: Tensor, positions: Tensor, capacity: int,
+             cache_dtype: torch.dtype | None, hits: Sequence[Hit] | None, src: Sequence[int],
+             ) -> tuple[Tensor, Any]:
+    """(last logits [R, vocab], cache): rows with the same prompt (``src[j]``: the first row with row j's
+    prompt) are prefilled once and copied (built-in model); stored prefixes in ``hits`` are reused."""
+    module = policy.module
     R, P = ids.shape
-    positions = (valid[:, :P].long().cumsum(1) - 1).clamp(min=0)
-    cache = module.new_cache(R, P + max_new) if cache_dtype is None else \
-        module.new_cache(R, P + max_new, dtype=cache_dtype)
-    padded = not bool(valid[:, 0].all())  # left padding: some row's first slot is a pad
+    uniq = sorted(set(src))
+    dedup = len(uniq) < R and isinstance(module, Transformer)
+    if dedup:
+        u = torch.tensor(uniq, device=ids.device)
+        ids, valid, positions = ids[u], valid[u], positions[u]
+        hits = [hits[i] for i in uniq] if hits is not None else None
+    n = ids.shape[0]
+    cache = module.new_cache(n, capacity) if cache_dtype is None else \
+        module.new_cache(n, capacity, dtype=cache_dtype)
     if hits is not None and any(h.tokens for h in hits):
-        lengths = [int(n) for n in valid[:, :P].sum(1).tolist()]
+        lengths = [int(x) for x in valid[:, :P].sum(1).tolist()]
         logits = prefill(module, ids, valid, positions, cache, hits, lengths)
     else:
+        padded = not bool(valid[:, 0].all())
         logits = module(ids, positions=positions, key_mask=valid[:, :P] if padded else None, cache=cache,
                         last_only=True)[:, -1]
+    if not dedup:
+        return logits, cache
+    where = {row: k for k, row in enumerate(uniq)}
+    inverse = torch.tensor([where[s] for s in src], device=ids.device)
+    return logits.index_select(0, inverse), cache.select(inverse)
+
+
+def _decode(policy: Policy, ids: Tensor, valid: Tensor, new: Tensor, max_new: int, sampler: _Sampler,
+            every: int, emit: Callable[[Tensor, Tensor, Tensor], None] | None,
+            cache_dtype: torch.dtype | None, hits: Sequence[Hit] | None, src: Sequence[int],
+            ) -> tuple[Tensor, Tensor, int, Any]:
+    """Prefill + decode loop; returns (tokens [R, max_new], logprobs [R, max_new], decode steps, cache)."""
+    eos, pad = policy.tokenizer.eos_id, policy.tokenizer.pad_id
+    R, P = ids.shape
+    positions = (valid[:, :P].long().cumsum(1) - 1).clamp(min=0)
+    logits, cache = _prefill(policy, ids, valid, positions, P + max_new, cache_dtype, hits, src)
+    padded = not bool(valid[:, 0].all())  # left padding: some row's first slot is a pad
+    module = policy.module
     next_pos = positions[:, -1:] + 1
     out_ids = torch.full((R, max_new), pad, dtype=torch.long, device=ids.device)
     out_lp = torch.zeros((R, max_new), dtype=torch.float32, device=ids.device)

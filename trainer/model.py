@@ -95,6 +95,13 @@ class KVCache:
         self.capacity = capacity
         self.length = 0
 
+    def select(self, index: Tensor) -> KVCache:
+        """A new cache holding rows ``index`` (copied; a row may repeat)."""
+        out = object.__new__(KVCache)
+        out.k, out.v = self.k.index_select(1, index), self.v.index_select(1, index)
+        out.capacity, out.length = self.capacity, self.length
+        return out
+
     def rows(self, start: int, stop: int, length: int) -> KVCache:
         """A view of rows ``start:stop`` (no copy) whose next write goes to slot ``length``."""
         view = object.__new__(KVCache)

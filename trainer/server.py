@@ -71,7 +71,7 @@ class ServerConfig:
     :func:`~envfarm.trainer.policy.save_policy` writes them) is swapped in, with its ``weight_version``."""
     watch_interval_s: float = 2.0
     """Seconds between polls of ``watch``."""
-    prefix_cache_mb: int = 256
+    prefix_cache_mb: int = 1024
     """Memory for keys/values of recent conversations, reused when a prompt extends one (the next turn of
     an episode); built-in model only; 0 turns it off."""
     threads: int | None = None

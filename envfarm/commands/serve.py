@@ -39,7 +39,7 @@ def serve(
         help="Poll this folder and hot-swap in the newest policy saved under it (spec.json + "
              "model.safetensors, e.g. the learner's checkpoints).")] = None,
     prefix_cache_mb: Annotated[int, typer.Option(
-        min=0, help="MiB of keys/values kept to reuse when a prompt extends an earlier one (0: off).")] = 256,
+        min=0, help="MiB of keys/values kept for prompts that extend earlier ones (0: off).")] = 1024,
     seed: Annotated[int, typer.Option(help="Seed of the preset's initial weights and of sampling.")] = 0,
     threads: Annotated[int | None, typer.Option(
         min=1, help="torch CPU threads of the model thread [default: torch's]; 1 is fastest on a busy "
