@@ -97,6 +97,12 @@ class RLPhase:
         if self._done():
             return self.state
         url = await self.inbox.start(cursor=self.state.cursor)
+        if self.config.sync:
+            try:
+                await self._run_sync(url)
+            finally:
+                await self.inbox.aclose()
+            return self.state
         farm = self._farm(url)
         farm_task = asyncio.create_task(_consume(farm), name="rl farm")
         try:
@@ -113,15 +119,29 @@ class RLPhase:
             log.warning("RL farm ended with %s", farm_task.exception())
         return self.state
 
-    def _farm(self, learner_url: str) -> Farm:
+    async def _run_sync(self, learner_url: str) -> None:
+        """One farm run per update (its groups only), then the update while nothing samples."""
         c = self.config
-        episodes = max(c.rl_updates, 1) * c.prompts_per_update * c.group_size * 4
+        async with aiohttp.ClientSession() as session:
+            while not self._done():
+                k = self.state.updates
+                farm = self._farm(learner_url, episodes=c.prompts_per_update * c.group_size,
+                                  seed=c.rl_seed + k * c.prompts_per_update, run=f"{RL_RUN}-{k:04d}",
+                                  max_staleness=None)
+                await _consume(farm)
+                await self._update(self.inbox.take_ready(), session)
+
+    def _farm(self, learner_url: str, episodes: int | None = None, seed: int | None = None,
+              run: str = RL_RUN, max_staleness: int | str | None = "config") -> Farm:
+        c = self.config
+        episodes = episodes or max(c.rl_updates, 1) * c.prompts_per_update * c.group_size * 4
+        staleness = c.max_staleness if max_staleness == "config" else max_staleness
         config = FarmConfig(env_id=c.env_id, episodes=episodes, concurrency=c.concurrency, backend=c.backend,
-                            seed=c.rl_seed, attempts=c.group_size, step_slots=c.step_slots,
-                            max_staleness=c.max_staleness)
+                            seed=c.rl_seed if seed is None else seed, attempts=c.group_size,
+                            step_slots=c.step_slots, max_staleness=staleness)  # type: ignore[arg-type]
         policy = OpenAIPolicy(self.server_url, temperature=c.temperature, max_tokens=c.max_tokens,
                               max_connections=c.concurrency, timeout_s=600.0)
-        run_dir = self.out / RL_RUN
+        run_dir = self.out / run
         return Farm(config, policy, run_dir=run_dir, resume=(run_dir / "run.json").exists(),
                     sinks=[HTTPSink(learner_url, max_backlog=4 * c.prompts_per_update * c.group_size)])
 

@@ -65,6 +65,9 @@ class TrainConfig:
     clip_eps: float = 0.2
     max_staleness: int = 1
     """Episodes start only on weights at most this many versions behind; older turns are dropped."""
+    sync: bool = False
+    """Synchronous RL (benchmarks): each update's episodes are sampled by a farm run of their own, and the
+    farm is idle while the learner updates. Default: asynchronous, the farm keeps sampling."""
     temperature: float = 1.0
     """Sampling temperature for RL and for both evaluations."""
     max_tokens: int = 96
