@@ -295,6 +295,7 @@ def eval_command(
 ) -> None:
     """Evaluate a policy on an env: pass@1 and unbiased pass@k with 95% CIs, per-task results; resumable."""
     prior = _prior(resume)
+    ray, ray_resource = _option(ray, prior, "ray"), _option(ray_resource, prior, "ray_resource")
     _files(("--out", out))
     k = _pick(attempts, prior.attempts if prior else None, "--attempts", 1)
     tasks = _pick(episodes, prior.episodes // prior.attempts if prior else None, "--episodes")
@@ -310,7 +311,8 @@ def eval_command(
     if ray is None and ray_resource is None:
         farm = eval_farm(config, pol, folder, resume=resume is not None)
     else:
-        farm = _make_farm(config, pol, ray, ray_resource, run_dir=folder, resume=resume is not None)
+        farm = _make_farm(config, pol, ray, ray_resource, run_dir=folder, resume=resume is not None,
+                          options={"ray": ray, "ray_resource": ray_resource})
     report = asyncio.run(_eval(farm, folder, success_threshold, quiet))
     console.print(summary_table(farm.summary()))
     if report is None:

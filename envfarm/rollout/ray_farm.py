@@ -144,9 +144,15 @@ class RayFarm(Farm):
                   for s in self.nodes]
         results = await asyncio.gather(*starts, return_exceptions=True)
         for s, result in zip(self.nodes, results, strict=True):
-            if isinstance(result, BaseException):
+            if not isinstance(result, BaseException):
+                s.info, s.started = result, time.monotonic()
+            elif isinstance(getattr(result, "cause", None), FarmError):  # its backend, images, policy: fix it
                 raise _start_error(s.node, result) from result
-            s.info, s.started = result, time.monotonic()
+            else:  # the node died or left before its worker came up: go on without it
+                s.lost, s.ended = f"did not start: {_first_line(result)}", time.monotonic()
+                log.warning("no farm worker on node %s: %s", s.node.name, s.lost)
+        self._check_workers()
+        self._resplit()
 
     async def _stop_workers(self) -> None:
         import ray
@@ -160,7 +166,7 @@ class RayFarm(Farm):
                     log.debug("stopping a farm worker: %s", task.exception())
         for s in self.nodes:
             if s.handle is not None:
-                ray.kill(s.handle, no_restart=True)
+                await asyncio.to_thread(ray.kill, s.handle, no_restart=True)
                 s.handle = None
             if s.ended is None:
                 s.ended = time.monotonic()
@@ -212,7 +218,7 @@ class RayFarm(Farm):
             line: str = await ref
             return line
         except asyncio.CancelledError:
-            ray.cancel(ref)
+            ray.cancel(ref)  # only sends the request: the episode's env closes on the node
             raise
         except rx.RayTaskError as e:  # play() raised on the node: PolicyUnavailable and the like
             cause = e.cause if isinstance(e.cause, BaseException) else e
@@ -220,9 +226,7 @@ class RayFarm(Farm):
                 raise cause from None
             raise RolloutError(f"the farm worker on node {owner.node.name} failed: {e}") from e
         except (rx.RayActorError, rx.WorkerCrashedError, rx.NodeDiedError, rx.ObjectLostError) as e:
-            first = (str(e).splitlines() or [""])[0]
-            raise _WorkerLost(f"{type(e).__name__}: {first if len(first) <= 160 else first[:157] + '...'}") \
-                from e
+            raise _WorkerLost(_first_line(e)) from e
 
     def _requeue(self, owner: NodeStats, index: int, why: str) -> None:
         self._pending.appendleft(index)  # before it leaves _inflight: waiting slots see one or the other
@@ -232,12 +236,16 @@ class RayFarm(Farm):
             owner.lost, owner.ended = why, time.monotonic()
             log.warning("farm worker on node %s lost (%s); its episodes and slots go to the other nodes",
                         owner.node.name, why)
-            alive = [s for s in self.nodes if s.lost is None]
-            for s, share in zip(alive, split(self.config.concurrency, [s.node.capacity for s in alive]),
-                                strict=True):
-                s.slots = share
+            self._resplit()
         log.info("episode %s requeued (node %s lost)", self.spec.episode_id(index), owner.node.name)
         self._check_workers()
+
+    def _resplit(self) -> None:
+        """Split the concurrency again over the live workers (after a node was lost)."""
+        alive = [s for s in self.nodes if s.lost is None]
+        for s, share in zip(alive, split(self.config.concurrency, [s.node.capacity for s in alive]),
+                            strict=True):
+            s.slots = share
 
     def _check_workers(self) -> None:
         if self.nodes and all(s.lost is not None for s in self.nodes):
@@ -268,11 +276,14 @@ class RayFarm(Farm):
 
 
 def _start_error(node: NodeInfo, error: BaseException) -> FarmError:
-    """A worker that did not start, as one error naming the node (its backend or images, or Ray's reason)."""
-    cause = getattr(error, "cause", None)
-    why = str(cause) if isinstance(cause, FarmError) else f"{type(error).__name__}: {str(error)[:300]}"
+    """A worker that could not start on its node (backend, images, policy), as one error naming the node."""
     return ClusterUnavailable(f"the farm worker on Ray node {node.name} ({node.hostname}) did not start: "
-                              f"{why}")
+                              f"{getattr(error, 'cause', error)}")
+
+
+def _first_line(e: BaseException) -> str:
+    first = (str(e).splitlines() or [""])[0]
+    return f"{type(e).__name__}: {first if len(first) <= 160 else first[:157] + '...'}"
 
 
 __all__ = ["NodeStats", "RayConfig", "RayFarm"]

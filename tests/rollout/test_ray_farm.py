@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from rollout_support import free_port, read_jsonl
 
+from envfarm.errors import ClusterUnavailable
 from envfarm.rollout import FarmConfig, FileSink, Trajectory, make_policy
 from envfarm.rollout.ray_farm import RayConfig, RayFarm
 
@@ -128,6 +129,17 @@ async def test_a_node_lost_mid_run_has_its_episodes_rerun(cluster: Any, tmp_path
     assert [v["lost"] for v in survivors] == [None, None] and sum(v["slots"] for v in survivors) == 12
     assert s.nodes_used == 3 and s.episodes_completed == 120 and s.stopped is None
     assert sum(v["episodes"] for v in s.nodes.values()) == 120
+    cluster.wait_for_nodes()  # until the cluster, too, counts the node as gone
+
+
+async def test_a_node_without_the_image_fails_the_run_naming_the_node(cluster: Any, tmp_path: Path) -> None:
+    farm = RayFarm(config(4, env_kwargs={"image": "envfarm/missing:0"}), make_policy("oracle"),
+                   RayConfig(cluster.address), run_dir=tmp_path / "run")
+    with pytest.raises(ClusterUnavailable, match=r"worker on Ray node 127\.0\.0\.1/\w+ .*did not start.*"
+                                                 r"missing:0"):
+        async for _ in farm.run():
+            pass
+    assert farm.summary().episodes_remaining == 4
 
 
 def envfarm(*args: str, timeout: float = 120) -> tuple[int, str]:
@@ -146,7 +158,8 @@ async def test_cli_farm_run_interrupted_then_resumed_and_eval(cluster: Any, tmp_
         if len(read_jsonl(out)) >= 8 or proc.returncode is not None:
             break
         await asyncio.sleep(0.01)
-    proc.send_signal(signal.SIGINT)  # drains: no new episodes, those in flight on the nodes finish
+    if proc.returncode is None:
+        proc.send_signal(signal.SIGINT)  # drains: no new episodes, those in flight on the nodes finish
     text = (await asyncio.wait_for(proc.communicate(), 60))[0].decode()
     assert proc.returncode == 130, text
     s = json.loads(summary.read_text())
