@@ -29,7 +29,7 @@ from torch import Tensor
 from envfarm.errors import ConfigError
 
 from .base import Sample
-from .model import Transformer
+from .model import KVCache, Transformer
 from .policy import Policy
 from .prefix import Hit, PrefixCache, prefill, store_rows
 
@@ -126,7 +126,8 @@ def generate_batch(policy: Policy, requests: Sequence[GenRequest], *,
         first: dict[tuple[int, ...], int] = {}
         src = [first.setdefault(tuple(r.prompt), j) for j, (_, r) in enumerate(rows)]
         out_ids, out_lp, steps, cache = _decode(policy, ids, valid, new, max_new, sampler, every,
-                                                _emitter(rows), cache_dtype, hits, src)
+                                                _emitter(rows), cache_dtype, hits, src,
+                                                keep_all=prefix_cache is not None)
     out_ids_l, out_lp_l = out_ids.tolist(), out_lp.tolist()
     samples: list[list[Sample]] = [[] for _ in requests]
     completion = 0
@@ -145,7 +146,10 @@ def generate_batch(policy: Policy, requests: Sequence[GenRequest], *,
     return Generation(samples, R, prompt_tokens, completion, steps, time.perf_counter() - t0, cached)
 
 
-def _emitter(rows: Sequence[tuple[int, GenRequest]]) -> Callable[[Tensor, Tensor, Tensor], None] | None:
+Emit = Callable[[Tensor, Tensor, Tensor, Tensor], None]
+
+
+def _emitter(rows: Sequence[tuple[int, GenRequest]]) -> Emit | None:
     """For streaming rows: a per-step hook calling their ``on_token`` for rows still generating."""
     streams, seen = [], [0] * (max((i for i, _ in rows), default=0) + 1)
     for j, (i, r) in enumerate(rows):
@@ -155,11 +159,13 @@ def _emitter(rows: Sequence[tuple[int, GenRequest]]) -> Callable[[Tensor, Tensor
     if not streams:
         return None
 
-    def emit(token: Tensor, logprob: Tensor, active: Tensor) -> None:
+    def emit(token: Tensor, logprob: Tensor, active: Tensor, index: Tensor) -> None:
         toks, lps, act = token.tolist(), logprob.tolist(), active.tolist()
+        where = {row: j for j, row in enumerate(index.tolist())}
         for row, fn, k in streams:
-            if act[row]:
-                fn(k, toks[row], lps[row])
+            j = where.get(row)
+            if j is not None and act[j]:
+                fn(k, toks[j], lps[j])
 
     return emit
 
@@ -202,39 +208,72 @@ def _prefill(policy: Policy, ids: Tensor, valid: Tensor, positions: Tensor, capa
 
 
 def _decode(policy: Policy, ids: Tensor, valid: Tensor, new: Tensor, max_new: int, sampler: _Sampler,
-            every: int, emit: Callable[[Tensor, Tensor, Tensor], None] | None,
+            every: int, emit: Emit | None,
             cache_dtype: torch.dtype | None, hits: Sequence[Hit] | None, src: Sequence[int],
-            ) -> tuple[Tensor, Tensor, int, Any]:
-    """Prefill + decode loop; returns (tokens [R, max_new], logprobs [R, max_new], decode steps, cache)."""
+            keep_all: bool = False) -> tuple[Tensor, Tensor, int, Any]:
+    """Prefill + decode loop; returns (tokens [R, max_new], logprobs [R, max_new], decode steps, cache).
+    Finished rows leave the batch once they are half of it; with ``keep_all`` the returned cache still
+    holds every row's keys/values (for the prefix cache)."""
     eos, pad = policy.tokenizer.eos_id, policy.tokenizer.pad_id
     R, P = ids.shape
     positions = (valid[:, :P].long().cumsum(1) - 1).clamp(min=0)
     logits, cache = _prefill(policy, ids, valid, positions, P + max_new, cache_dtype, hits, src)
     padded = not bool(valid[:, 0].all())  # left padding: some row's first slot is a pad
-    module = policy.module
-    next_pos = positions[:, -1:] + 1
+    module, full_cache = policy.module, cache
     out_ids = torch.full((R, max_new), pad, dtype=torch.long, device=ids.device)
     out_lp = torch.zeros((R, max_new), dtype=torch.float32, device=ids.device)
-    done = torch.zeros(R, dtype=torch.bool, device=ids.device)
-    count = torch.zeros(R, dtype=torch.long, device=ids.device)
+    rows = _Rows(valid, positions[:, -1:] + 1, new)
     steps = 0
     for step in range(max_new):
         token, lp = sampler(logits)
-        token = torch.where(done, pad, token)
-        out_ids[:, step], out_lp[:, step] = token, lp
+        token = torch.where(rows.done, pad, token)
+        out_ids[rows.index, step], out_lp[rows.index, step] = token, lp
         if emit is not None:
-            emit(token, lp, ~done)
-        count += (~done).long()
-        done |= (token == eos) | (count >= new)
-        if step == max_new - 1 or ((step + 1) % every == 0 and bool(done.all())):
+            emit(token, lp, ~rows.done, rows.index)
+        rows.count += (~rows.done).long()
+        rows.done |= (token == eos) | (rows.count >= rows.new)
+        if step == max_new - 1 or ((step + 1) % every == 0 and bool(rows.done.all())):
             break
-        valid[:, P + step] = True
-        logits = module(token[:, None], positions=next_pos.clamp(max=policy.max_context - 1),
-                        key_mask=valid[:, :P + step + 1] if padded else None, cache=cache,
+        if (step + 1) % every == 0 and isinstance(cache, KVCache):
+            before = rows.index
+            keep = rows.shrink(sampler)
+            if keep is not None:
+                if keep_all and cache is not full_cache:  # the prefix cache stores every row from full_cache
+                    full_cache.k[:, before], full_cache.v[:, before] = cache.k, cache.v
+                cache, token = cache.select(keep), token[keep]
+        rows.valid[:, P + step] = True
+        logits = module(token[:, None], positions=rows.next_pos.clamp(max=policy.max_context - 1),
+                        key_mask=rows.valid[:, :P + step + 1] if padded else None, cache=cache,
                         last_only=True)[:, -1]
-        next_pos = next_pos + 1
+        rows.next_pos = rows.next_pos + 1
         steps += 1
-    return out_ids, out_lp, steps, cache
+    if keep_all and cache is not full_cache:
+        full_cache.k[:, rows.index], full_cache.v[:, rows.index] = cache.k, cache.v
+    return out_ids, out_lp, steps, full_cache
+
+
+class _Rows:
+    """Decode state of the rows still in the batch; ``index``: their numbers in the original batch."""
+
+    def __init__(self, valid: Tensor, next_pos: Tensor, new: Tensor) -> None:
+        R = valid.shape[0]
+        self.index = torch.arange(R, device=valid.device)
+        self.valid, self.next_pos, self.new = valid, next_pos, new
+        self.done = torch.zeros(R, dtype=torch.bool, device=valid.device)
+        self.count = torch.zeros(R, dtype=torch.long, device=valid.device)
+
+    def shrink(self, sampler: _Sampler) -> Tensor | None:
+        """Drop finished rows when they are at least half the batch (a seeded request's rows only once
+        all of them are done, so its random stream does not depend on its batch mates); the kept rows."""
+        droppable = self.done & ~sampler.seeded_pending(self.done)
+        n = int(droppable.sum())
+        if n < 1 or n * 2 < len(self.index) or n == len(self.index):
+            return None
+        keep = (~droppable).nonzero().squeeze(1)
+        self.index, self.valid, self.next_pos = self.index[keep], self.valid[keep], self.next_pos[keep]
+        self.new, self.done, self.count = self.new[keep], self.done[keep], self.count[keep]
+        sampler.select(keep)
+        return keep
 
 
 class _Sampler:
@@ -247,12 +286,40 @@ class _Sampler:
         self.use_top_p = any(r.top_p < 1 for _, r in rows)
         self.greedy = torch.tensor([r.temperature == 0 for _, r in rows], device=device)
         self.any_greedy = any(r.temperature == 0 for _, r in rows)
-        groups: dict[int, tuple[torch.Generator | None, list[int]]] = {}
-        for j, (_, r) in enumerate(rows):
+        self.device = device
+        self.generators: list[torch.Generator | None] = []
+        self.gid: list[int] = []  # each row's index into self.generators
+        self.seeded: list[bool] = []
+        for _, r in rows:
             g = r.generator if r.generator is not None else shared
-            groups.setdefault(id(g), (g, []))[1].append(j)
-        whole = len(groups) == 1
-        self.groups = [(g, None if whole else torch.tensor(idx, device=device)) for g, idx in groups.values()]
+            if not any(g is h for h in self.generators):
+                self.generators.append(g)
+                self.seeded.append(r.generator is not None)
+            self.gid.append(next(k for k, h in enumerate(self.generators) if h is g))
+        self._group()
+
+    def _group(self) -> None:
+        members: dict[int, list[int]] = {}
+        for j, k in enumerate(self.gid):
+            members.setdefault(k, []).append(j)
+        whole = len(members) == 1
+        self.groups = [(self.generators[k], None if whole else torch.tensor(idx, device=self.device))
+                       for k, idx in members.items()]
+        self.seeded_groups = [torch.tensor(idx, device=self.device) for k, idx in members.items()
+                              if self.seeded[k] and len(idx) > 1]
+
+    def seeded_pending(self, done: Tensor) -> Tensor:
+        """Rows of seeded requests (more than one row) that still have a row generating."""
+        out = torch.zeros_like(done)
+        for idx in self.seeded_groups:
+            out[idx] = ~bool(done[idx].all())
+        return out
+
+    def select(self, keep: Tensor) -> None:
+        """Keep only rows ``keep`` (the batch shrank)."""
+        self.temps, self.top_p, self.greedy = self.temps[keep], self.top_p[keep], self.greedy[keep]
+        self.gid = [self.gid[j] for j in keep.tolist()]
+        self._group()
 
     def __call__(self, logits: Tensor) -> tuple[Tensor, Tensor]:
         logits = logits.float()

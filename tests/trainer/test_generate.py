@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import pytest
 import torch
 
 from envfarm.errors import ConfigError
 from envfarm.trainer.generate import GenRequest, generate, generate_batch
+from envfarm.trainer.model import KVCache
 from envfarm.trainer.policy import Policy, load_policy
 from envfarm.trainer.prefix import PrefixCache
 
@@ -125,3 +129,35 @@ def test_prefix_cache_reuses_the_last_turn_and_changes_nothing(policy: Policy) -
         assert generate_batch(policy, greedy, prefix_cache=cache).cached_tokens == 0
     finally:
         policy.version = 0
+
+
+def test_finished_rows_leave_the_batch_and_everything_still_adds_up(policy: Policy,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes: list[int] = []
+    select = KVCache.select
+    monkeypatch.setattr(KVCache, "select", lambda c, index: sizes.append(len(index)) or select(c, index))
+    cache = PrefixCache(min_tokens=4)
+    prompts = [policy.encode_prompt([{"role": "user", "content": f"Question number {i}, please."}])
+               for i in range(4)]
+    streamed: dict[int, list[tuple[int, float]]] = {0: [], 3: []}
+    def hook(i: int) -> Any:
+        return (lambda k, t, lp: streamed[i].append((t, lp))) if i in streamed else None
+
+    reqs = [GenRequest(p, max_tokens=2 if i < 3 else 20, on_token=hook(i)) for i, p in enumerate(prompts)]
+    gen = generate_batch(policy, reqs, prefix_cache=cache, generator=torch.Generator().manual_seed(0))
+    assert [len(s[0].token_ids) for s in gen.samples] == [2, 2, 2, 20]
+    assert gen.steps == 19 and sizes == [1]  # the last row went on alone after the others finished
+    for i, (p, samples) in enumerate(zip(prompts, gen.samples, strict=True)):
+        s = samples[0]
+        assert close(recompute(policy, p, s.token_ids), s.logprobs)
+        if i in streamed:
+            assert streamed[i] == list(zip(s.token_ids, s.logprobs, strict=True))
+    follow = [p + list(s[0].token_ids) + [65, 66] for p, s in zip(prompts, gen.samples, strict=True)]
+    again = generate_batch(policy, [GenRequest(f, max_tokens=4) for f in follow], prefix_cache=cache)
+    assert again.cached_tokens == sum(len(f) - 3 for f in follow)  # prompt + completion[:-1] were stored
+    for f, samples in zip(follow, again.samples, strict=True):
+        assert close(recompute(policy, f, samples[0].token_ids), samples[0].logprobs)
+
+
+def close(a: Sequence[float], b: Sequence[float], tol: float = 1e-4) -> bool:
+    return max(abs(x - y) for x, y in zip(a, b, strict=True)) < tol
