@@ -36,10 +36,12 @@ from envfarm.errors import ConfigError
 from envfarm.rollout.farm import FarmConfig
 
 from .checkpoint import latest_checkpoint, load_checkpoint, prune, save_checkpoint
+from .distributed import DistContext
 from .evaluation import EvalResult, EvalSettings, evaluate_served, paired_bootstrap
 from .learner import Learner, LearnerConfig
 from .metrics import Metrics, plot_rewards
 from .policy import Policy, clone_policy, load_policy, save_policy
+from .ranks import Leader, start_followers
 from .rl import RLPhase, RLState
 from .samples import sft_samples
 from .server import PolicyServer, ServerConfig
@@ -69,7 +71,8 @@ class TrainProgress:
 class Training:
     """One training folder; see the module docstring."""
 
-    def __init__(self, config: TrainConfig, out: Path, progress: TrainProgress | None = None) -> None:
+    def __init__(self, config: TrainConfig, out: Path, progress: TrainProgress | None = None,
+                 init_method: str | None = None) -> None:
         self.config = config
         self.out = Path(out)
         self.progress = progress or TrainProgress()
@@ -80,6 +83,8 @@ class Training:
         self.learner: Learner | None = None
         self.loop_state: dict[str, Any] = {"phase": "sft", "sft_step": 0}
         self.rl_state = RLState()
+        self.init_method = init_method
+        self.leader: Leader | None = None
 
     # ------------------------------------------------------------------------------------------ entry
 
@@ -104,6 +109,15 @@ class Training:
             if server is not None:
                 await server.stop()
             self.metrics.close()
+            if self.leader is not None:
+                await asyncio.to_thread(self._close_ranks)
+
+    def _close_ranks(self) -> None:
+        assert self.leader is not None
+        try:
+            self.leader.stop()
+        finally:
+            self.leader.ctx.close()
 
     def _setup(self, resume: bool) -> None:
         c = self.config
@@ -116,9 +130,12 @@ class Training:
         c.save(self.out)
         self.policy = load_policy(c.preset if c.checkpoint is None else None, path=c.checkpoint,
                                   device=c.device, seed=c.seed)
-        lcfg = LearnerConfig(lr=c.lr, clip_eps_low=c.clip_eps, clip_eps_high=c.clip_eps, kl_coef=c.kl_coef,
-                             micro_batch_tokens=c.micro_batch_tokens, warmup_steps=0)
-        self.learner = Learner(self.policy.module, lcfg, self.policy.tokenizer.pad_id, self.policy.device)
+        ctx = DistContext.single(self.policy.device)
+        if c.nproc > 1 and self.init_method is not None:
+            ctx = DistContext.init(0, c.nproc, self.init_method, device=self.policy.device)
+        self.learner = Learner(self.policy.module, learner_config(c), self.policy.tokenizer.pad_id,
+                               self.policy.device, dist=ctx)
+        self.leader = Leader(self.learner, ctx)
         timings = self.out / "timings.json"
         self.timings = json.loads(timings.read_text()) if timings.exists() else {}
         if c.sft_steps == 0:
@@ -131,6 +148,7 @@ class Training:
             self.policy.version = self.rl_state.version
             log.info("resumed from %s (phase %s, version %d)", found, self.loop_state["phase"],
                      self.rl_state.version)
+        self.leader.sync()  # every rank starts from rank 0's weights and optimizer state
         self.metrics = Metrics(self.out, keep=self._logged_before if resume else None)
 
     def _logged_before(self, record: dict[str, Any]) -> bool:
@@ -157,6 +175,7 @@ class Training:
     async def _sft(self) -> None:
         c, learner, policy, metrics = self.config, self.learner, self.policy, self.metrics
         assert learner is not None and policy is not None and metrics is not None
+        assert self.leader is not None
         self.progress.phase = "demos"
         demo_config = FarmConfig(env_id=c.env_id, episodes=c.sft_demos, concurrency=c.concurrency,
                                  backend=c.backend, seed=c.demo_seed, step_slots=c.step_slots)
@@ -168,7 +187,7 @@ class Training:
         for step in range(int(self.loop_state["sft_step"]), c.sft_steps):
             lr = c.sft_lr * min(1.0, (step + 1) / SFT_WARMUP)
             batch = sft_batch(samples, c.sft_batch, c.seed, step)
-            stats = await asyncio.to_thread(learner.update, batch, "sft", lr)
+            stats = await asyncio.to_thread(self.leader.update, batch, "sft", lr)
             match = None
             if c.sft_target > 0 and checks and (step + 1) % c.sft_check_every == 0:
                 match = await asyncio.to_thread(greedy_match, learner.module, checks, learner.pad_id,
@@ -186,7 +205,7 @@ class Training:
             if (step + 1) % SFT_CHECKPOINT_EVERY == 0 and step + 1 < c.sft_steps:
                 await asyncio.to_thread(self._save, f"sft-{step + 1:06d}")
         self.loop_state["phase"] = "rl"
-        learner.reset_optimizer()  # RL starts with fresh AdamW moments at its own learning rate
+        self.leader.reset_optimizer()  # RL starts with fresh AdamW moments at its own learning rate
         await asyncio.to_thread(self._save, "sft")
         await asyncio.to_thread(prune, self.ckpt_dir, 0, "sft-")
 
@@ -214,8 +233,9 @@ class Training:
             self.progress.step, self.progress.version, self.progress.reward = (state.updates, state.version,
                                                                                reward)
 
+        assert self.leader is not None
         phase = RLPhase(c, self.out, self.learner, server.url, self.metrics, self.rl_state, checkpoint,
-                        self.policy.max_context, on_update)
+                        self.policy.max_context, on_update, step=self.leader.update)
         self.rl_state = await phase.run()
         self.loop_state["phase"] = "eval"
 
@@ -279,7 +299,30 @@ async def train(config: TrainConfig | None, out: Path, *, resume: bool = False,
         config = config or stored
     elif config is None:
         raise ConfigError("train() needs a TrainConfig unless it resumes")
-    return await Training(config, Path(out), progress).run(resume)
+    if config.nproc == 1:
+        return await Training(config, Path(out), progress).run(resume)
+    await asyncio.to_thread(Path(out).mkdir, parents=True, exist_ok=True)
+    init, procs = await asyncio.to_thread(start_followers, config.nproc, Path(out), asdict(config),
+                                          config.threads)
+    try:
+        return await Training(config, Path(out), progress, init_method=init).run(resume)
+    finally:
+        await asyncio.to_thread(_join, procs, Path(init.removeprefix("file://")))
+
+
+def learner_config(c: TrainConfig) -> LearnerConfig:
+    """The learner's optimisation settings of a training run (every rank builds the same)."""
+    return LearnerConfig(lr=c.lr, clip_eps_low=c.clip_eps, clip_eps_high=c.clip_eps, kl_coef=c.kl_coef,
+                         micro_batch_tokens=c.micro_batch_tokens, warmup_steps=0)
+
+
+def _join(procs: list[Any], rendezvous: Path) -> None:
+    for p in procs:
+        p.join(timeout=60)
+        if p.is_alive():
+            p.terminate()
+            p.join(timeout=10)
+    rendezvous.unlink(missing_ok=True)
 
 
 def _save_policy(policy: Policy, folder: Path) -> None:
@@ -299,4 +342,4 @@ def _write_json(path: Path, data: Any) -> None:
     tmp.replace(path)
 
 
-__all__ = ["TrainProgress", "Training", "train"]
+__all__ = ["TrainProgress", "Training", "learner_config", "train"]

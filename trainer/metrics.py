@@ -132,6 +132,13 @@ def plot_rewards(metrics_path: Path, png: Path, title: str = "") -> Path:
     if sft:
         ax2.plot([r["step"] for r in sft], [r["loss"] for r in sft], "-", color="tab:purple")
         ax2.set_yscale("log")
+        checks = [r for r in sft if r.get("held_out_match") is not None]
+        if checks:
+            ax3 = ax2.twinx()
+            ax3.plot([r["step"] for r in checks], [r["held_out_match"] for r in checks], "o-",
+                     color="tab:orange", ms=3)
+            ax3.set_ylabel("held-out greedy match", color="tab:orange")
+            ax3.set_ylim(-0.02, 1.02)
     ax2.set_xlabel("SFT step")
     ax2.set_ylabel("SFT loss (per token)")
     ax2.set_title("warm start")

@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 
@@ -37,9 +37,9 @@ from envfarm.rollout.sinks import HTTPSink
 from envfarm.rollout.trajectory import Trajectory
 
 from .ingest import Inbox
-from .learner import Learner
+from .learner import Learner, UpdateStats
 from .metrics import Metrics
-from .samples import rl_samples
+from .samples import TokenSample, rl_samples
 from .train_config import TrainConfig
 from .weights import publish
 
@@ -64,6 +64,7 @@ class RLState:
 
 
 Checkpointer = Callable[[RLState], Any]
+StepFn = Callable[[list[TokenSample], Literal["rl", "sft"]], UpdateStats]
 
 
 class RLPhase:
@@ -71,7 +72,8 @@ class RLPhase:
 
     def __init__(self, config: TrainConfig, out: Path, learner: Learner, server_url: str, metrics: Metrics,
                  state: RLState, checkpoint: Checkpointer, max_context: int,
-                 on_update: Callable[[RLState, float | None], None] | None = None) -> None:
+                 on_update: Callable[[RLState, float | None], None] | None = None,
+                 step: StepFn | None = None) -> None:
         self.config = config
         self.out = out
         self.learner = learner
@@ -81,6 +83,7 @@ class RLPhase:
         self.checkpoint = checkpoint
         self.max_context = max_context
         self.on_update = on_update
+        self.step: StepFn = step or learner.update
         self.dropped: Counter[str] = Counter(state.dropped)
         self.inbox = Inbox(out / INGEST_STORE, config.group_size, weight_version=state.version)
         self._t0, self._base_s = time.monotonic(), state.seconds
@@ -175,7 +178,7 @@ class RLPhase:
         useful = [x for x in samples if x.advantage != 0.0]
         completed = [t.reward for g in groups for t in g if t.status == "completed"]
         reward_mean = sum(completed) / len(completed) if completed else None
-        stats = await asyncio.to_thread(self.learner.update, useful, "rl") if useful else None
+        stats = await asyncio.to_thread(self.step, useful, "rl") if useful else None
         if stats is None:
             self.dropped["skipped_updates"] += 1
             log.warning("update %d: no sample with a non-zero advantage in %d groups; no optimizer step",

@@ -78,6 +78,8 @@ class TrainConfig:
     """Env steps running in sandboxes at once (the calculator is CPU-bound)."""
     max_batch: int = 64
     """Policy server: rows per generation batch."""
+    nproc: int = 1
+    """Learner processes (data parallel; gloo on CPU, nccl on CUDA with one device per rank)."""
     micro_batch_tokens: int = 16384
     """Learner: padded tokens per micro-batch (gradient accumulation unit)."""
     checkpoint_every: int = 1
@@ -94,7 +96,7 @@ class TrainConfig:
                     "prompts_per_update": self.prompts_per_update, "max_tokens": self.max_tokens,
                     "concurrency": self.concurrency, "max_batch": self.max_batch,
                     "micro_batch_tokens": self.micro_batch_tokens, "checkpoint_every": self.checkpoint_every,
-                    "eval_episodes": self.eval_episodes}
+                    "eval_episodes": self.eval_episodes, "nproc": self.nproc}
         bad = [f"{k}={v}" for k, v in positive.items() if v < 1]
         bad += [f"{k}={v}" for k, v in {"sft_steps": self.sft_steps, "rl_updates": self.rl_updates,
                                          "max_staleness": self.max_staleness, "kl_coef": self.kl_coef,

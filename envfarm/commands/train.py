@@ -24,7 +24,7 @@ from envfarm.errors import ConfigError
 console = Console()
 err_console = Console(stderr=True)
 
-RESUMABLE = {"rl_updates", "minutes", "device", "threads", "concurrency", "eval_episodes"}
+RESUMABLE = {"rl_updates", "minutes", "device", "threads", "concurrency", "eval_episodes", "nproc"}
 """Options that may change when a run is resumed (the rest define the run)."""
 
 
@@ -52,6 +52,7 @@ def train(
     backend: Annotated[str | None, typer.Option(help="Sandbox backend [default: bwrap].")] = None,
     device: Annotated[str | None, typer.Option(help="cpu | cuda [default: cuda when available].")] = None,
     threads: Annotated[int | None, typer.Option(min=1, help="torch threads [default: torch's].")] = None,
+    nproc: Annotated[int | None, typer.Option(min=1, help="Learner processes (data parallel).")] = None,
     seed: Annotated[int | None, typer.Option(help="Model init and SFT order seed.")] = None,
     quiet: Annotated[bool, typer.Option(help="No live progress.")] = False,
 ) -> None:
@@ -66,7 +67,7 @@ def train(
         "minutes": minutes, "group_size": group_size, "prompts_per_update": prompts_per_update, "lr": lr,
         "kl_coef": kl_coef, "max_staleness": max_staleness, "temperature": temperature,
         "max_tokens": max_tokens, "eval_episodes": eval_episodes, "concurrency": concurrency,
-        "backend": backend, "device": device, "threads": threads, "seed": seed}
+        "backend": backend, "device": device, "threads": threads, "nproc": nproc, "seed": seed}
     given = {k: v for k, v in given.items() if v is not None}
     if resume is not None:
         if out is not None and out != resume:

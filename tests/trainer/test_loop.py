@@ -35,7 +35,8 @@ def _rl_updates(out: Path) -> list[int]:
 
 def test_train_kill_and_resume(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    proc = subprocess.Popen(_train("--out", str(out), "--rl-updates", "3", *TINY), env=ENV,
+    # two learner processes (gloo) for the first session, one after the resume
+    proc = subprocess.Popen(_train("--out", str(out), "--rl-updates", "3", "--nproc", "2", *TINY), env=ENV,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 240
