@@ -3,8 +3,8 @@
 Runs a real farm (the oracle on ToolCalc, bwrap, slowed so the live view is caught mid-run); with a docker
 daemon also a real CodeRepair-v0 run and a real harness run over built-in code-repair rows (without one,
 tests/dashboard/dashboard_support.py writes both with the harness's grading and report code); writes a
-trainer folder in the agreed metrics.jsonl format; serves the dashboard on 127.0.0.1 and photographs each
-view in headless chromium. Writes docs/dashboard-<view>.png.
+trainer folder in the agreed metrics.jsonl format (or copies a real one: ``--trainer DIR``); serves the
+dashboard on 127.0.0.1 and photographs each view in headless chromium. Writes docs/dashboard-<view>.png.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import sys
 import tempfile
 import threading
@@ -73,12 +74,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs")
     parser.add_argument("--episodes", type=int, default=400)
+    parser.add_argument("--trainer", type=Path, help="a real trainer folder (`envfarm train --out DIR`) to "
+                        "show instead of one written in its format")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="envfarm-shots-") as tmp:
         root = Path(tmp)
         instance = _repair_and_harness(root)
-        write_trainer_run(root / "trainer")
+        if args.trainer is not None:
+            shutil.copytree(args.trainer, root / "trainer", ignore=shutil.ignore_patterns("checkpoints"))
+        else:
+            write_trainer_run(root / "trainer")
         work = farm_run(root / "toolcalc", episodes=args.episodes, concurrency=16, delay_s=0.1)
         farm = threading.Thread(target=asyncio.run, args=(work,), name="farm")
         farm.start()
