@@ -221,3 +221,21 @@ def test_a_trainer_folders_farm_runs_are_listed(runs: Path, tmp_path: Path) -> N
     shutil.copytree(runs / "toolcalc", folder / "runs" / "rl")
     kinds = sorted((s.kind, s.name) for s in discover([folder]))
     assert kinds == [("farm", "train · rl"), ("trainer", "train")]
+
+
+def test_the_trainers_own_metrics_writer(tmp_path: Path) -> None:
+    """metrics.jsonl as envfarm.trainer.metrics.Metrics writes it (extra keys included)."""
+    from envfarm.trainer.metrics import Metrics
+
+    m = Metrics(tmp_path / "t", tensorboard=False)
+    m.update(step=1, phase="sft", loss=2.0, reward_mean=None, kl=None, clip_frac=None, lr=1e-3, samples=8,
+             tokens=100, version=0, grad_norm=1.5)
+    m.eval(phase="before_rl", mean_reward=0.25, episodes=8, infra_errors=0)
+    m.update(step=1, phase="rl", loss=0.1, reward_mean=0.5, kl=0.01, clip_frac=0.2, lr=3e-4, samples=32,
+             tokens=900, version=1)
+    m.publish(version=1, bytes=1000, seconds=0.5)
+    m.close()
+    view = TrainerRun(tmp_path / "t").view()
+    assert [u["phase"] for u in view["updates"]] == ["sft", "rl"] and view["last"]["version"] == 1
+    assert view["publishes"][0]["bytes"] == 1000 and view["evals"][0]["mean_reward"] == 0.25
+    assert view["unknown_kinds"] == [] and view["bad_lines"] == 0 and view["summary"] is None
