@@ -127,6 +127,8 @@ def load_policy(preset: str | None = None, path: str | Path | None = None, devic
     if not folder.is_dir():
         raise ConfigError(f"policy folder {str(folder)!r} does not exist; give a checkpoint folder "
                           f"({SPEC_FILE} + {WEIGHTS_FILE}) or a Hugging Face model folder (config.json)")
+    if not (folder / SPEC_FILE).is_file() and (folder / "policy" / SPEC_FILE).is_file():
+        folder = folder / "policy"  # a learner checkpoint: the policy is saved in its policy/ folder
     if (folder / SPEC_FILE).is_file():
         return _load_checkpoint(folder, dev, seed)
     if (folder / "config.json").is_file():

@@ -230,7 +230,7 @@ class PolicyServer:
             return web.json_response(error_body(f"{request.method} {request.path}: {e.reason}",
                                                 kind="not_found_error" if e.status == 404 else
                                                 "invalid_request_error"), status=e.status)
-        except (FarmError, ConnectionError, RuntimeError, ValueError) as e:
+        except Exception as e:  # a bug or a failed batch: an OpenAI-style 500, logged here, never a traceback
             log.exception("policy server failed on %s %s", request.method, request.path)
             body = error_body(f"internal error: {type(e).__name__}: {e}", kind="server_error")
             return web.json_response(body, status=500, headers=self._headers())
@@ -323,7 +323,7 @@ class PolicyServer:
                     state, version = await asyncio.to_thread(read_saved_policy, found[0])
                     if version is None and isinstance(self.version, int):
                         version = self.version + 1
-                    if version != self.version or seen is not None:
+                    if version != self.version:
                         await self.swap(state, version)
                         log.info("weights v%s from %s", version, found[0])
                     seen = found
@@ -400,7 +400,7 @@ def newest_saved_policy(folder: Path) -> tuple[Path, int] | None:
     best: tuple[Path, int] | None = None
     for spec in folder.rglob(SPEC_FILE):
         weights = spec.with_name(WEIGHTS_FILE)
-        if ".tmp" in spec.parent.name or not weights.is_file():
+        if any(".tmp" in part for part in spec.relative_to(folder).parts) or not weights.is_file():
             continue
         spec_t, weights_t = spec.stat().st_mtime_ns, weights.stat().st_mtime_ns
         if weights_t <= spec_t and (best is None or spec_t > best[1]):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,8 @@ from .openai_api import (
     tool_calls_json,
     usage,
 )
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from .policy import WeightVersion
@@ -129,13 +132,17 @@ async def stream_response(server: PolicyServer, request: web.Request, pending: P
     tok, chat = server.policy.tokenizer, pending.chat
     sse = _SSE(server, chat, pending.prompt)
     choices = [_ChoiceStream(tok, tok.eos_id) for _ in range(chat.n)]
-    while (event := await events.get()) is not None:
-        if sse.resp is None:
-            await sse.open(request, pending.version)
-        k, token, logprob = event
-        delta = choices[k].push(token)
-        lp = logprob_entries(tok, [token], [logprob]) if chat.logprobs else None
-        await sse.chunk(k, {"content": delta} if delta else {}, logprobs=lp, extra={"token_ids": [token]})
+    try:
+        while (event := await events.get()) is not None:
+            if sse.resp is None:
+                await sse.open(request, pending.version)
+            k, token, logprob = event
+            delta = choices[k].push(token)
+            lp = logprob_entries(tok, [token], [logprob]) if chat.logprobs else None
+            await sse.chunk(k, {"content": delta} if delta else {}, logprobs=lp, extra={"token_ids": [token]})
+    except ConnectionError:  # the client went away mid-stream: its rows finish with the batch, unread
+        log.info("stream %s: client disconnected", sse.cid)
+        return sse.resp if sse.resp is not None else web.Response(status=499)
     try:
         gen, i, version = await pending.future
     except Exception as e:

@@ -62,6 +62,8 @@ def test_checkpoint_folder_round_trip(tmp_path: Path) -> None:
     ids = torch.randint(0, 256, (2, 16))
     with torch.no_grad():
         assert torch.equal(again.module(ids), policy.module(ids))
+    save_policy(policy, tmp_path / "learner-ckpt" / "policy")  # the learner's layout: CKPT/policy/
+    assert load_policy(path=tmp_path / "learner-ckpt", device="cpu").version == 7
     with pytest.raises(ConfigError, match=r"neither spec\.json"):
         load_policy(path=tmp_path)
     with pytest.raises(ConfigError, match="does not exist"):
