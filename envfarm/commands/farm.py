@@ -71,7 +71,7 @@ RayOpt = Annotated[str | None, typer.Option(
     "--step-slots applies per node.")]
 RayResourceOpt = Annotated[str | None, typer.Option(
     "--ray-resource", help="With --ray: a worker only on nodes with this custom resource, sized by its "
-    "amount [default: every node, sized by its CPUs].")]
+    "amount (without it: every node, sized by its CPUs).")]
 
 
 def _policy(spec: str, concurrency: int, model: str | None, timeout: float, retries: int, temperature: float,

@@ -32,11 +32,12 @@ ENV = ["--env", TOOLCALC, "--backend", "bwrap", "--policy", "oracle", "--quiet"]
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    """A head and a second node, each with one CPU, 100 MB of object store, no dashboard, no usage stats."""
+    """A head and a second node, each with one CPU, 100 MB of object store, no dashboard, no usage stats;
+    only the head has the custom resource ``envfarm``."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
-        c = ray_cluster_utils.Cluster(initialize_head=True,
-                                      head_node_args={**NODE, "include_dashboard": False})
+        c = ray_cluster_utils.Cluster(initialize_head=True, head_node_args={
+            **NODE, "include_dashboard": False, "resources": {"envfarm": 3}})
         try:
             c.add_node(**NODE)
             c.wait_for_nodes()
@@ -114,21 +115,21 @@ async def test_a_node_lost_mid_run_has_its_episodes_rerun(cluster: Any, tmp_path
     doomed = cluster.add_node(**NODE)
     cluster.wait_for_nodes()
     run = tmp_path / "run"
-    farm = RayFarm(config(120, concurrency=12), make_policy("oracle"), RayConfig(cluster.address),
+    farm = RayFarm(config(90, concurrency=12), make_policy("oracle"), RayConfig(cluster.address),
                    run_dir=run)
     n = 0
     async for _ in farm.run():
         n += 1
-        if n == 20:  # kill the third node (its raylet, its worker, its sandboxes) with episodes in flight
+        if n == 15:  # kill the third node (its raylet, its worker, its sandboxes) with episodes in flight
             await asyncio.to_thread(cluster.remove_node, doomed, False)
-    assert n == 120 and spool_indices(run) == list(range(120))  # every episode once: none lost, none twice
+    assert n == 90 and spool_indices(run) == list(range(90))  # every episode once: none lost, none twice
     s = farm.summary()
     lost = s.nodes[f"127.0.0.1/{doomed.node_id[:6]}"]
     assert lost["lost"] and lost["requeued"] >= 1 and lost["episodes"] >= 1, lost
     survivors = [v for v in s.nodes.values() if v is not lost]
     assert [v["lost"] for v in survivors] == [None, None] and sum(v["slots"] for v in survivors) == 12
-    assert s.nodes_used == 3 and s.episodes_completed == 120 and s.stopped is None
-    assert sum(v["episodes"] for v in s.nodes.values()) == 120
+    assert s.nodes_used == 3 and s.episodes_completed == 90 and s.stopped is None
+    assert sum(v["episodes"] for v in s.nodes.values()) == 90
     cluster.wait_for_nodes()  # until the cluster, too, counts the node as gone
 
 
@@ -142,6 +143,15 @@ async def test_a_node_without_the_image_fails_the_run_naming_the_node(cluster: A
     assert farm.summary().episodes_remaining == 4
 
 
+async def test_ray_resource_selects_the_nodes(cluster: Any, tmp_path: Path) -> None:
+    farm = RayFarm(config(12, concurrency=4), make_policy("oracle"), RayConfig(cluster.address, "envfarm"),
+                   run_dir=tmp_path / "run")
+    assert len([t async for t in farm.run()]) == 12
+    s = farm.summary()
+    assert s.nodes_used == 1 and [(v["head"], v["capacity"], v["episodes"]) for v in s.nodes.values()] == [
+        (True, 3.0, 12)]
+
+
 def envfarm(*args: str, timeout: float = 120) -> tuple[int, str]:
     proc = subprocess.run([sys.executable, "-m", "envfarm.cli", *args], capture_output=True, text=True,
                           timeout=timeout)
@@ -152,7 +162,7 @@ async def test_cli_farm_run_interrupted_then_resumed_and_eval(cluster: Any, tmp_
     run, out, summary = tmp_path / "run", tmp_path / "out.jsonl", tmp_path / "summary.json"
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "envfarm.cli", "farm", "run", *ENV, "--ray", cluster.address, "--episodes",
-        "60", "--concurrency", "6", "--out", str(out), "--run-dir", str(run), "--summary", str(summary),
+        "40", "--concurrency", "6", "--out", str(out), "--run-dir", str(run), "--summary", str(summary),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     for _ in range(6000):  # up to 60 s for the driver to join and the workers to start
         if len(read_jsonl(out)) >= 8 or proc.returncode is not None:
@@ -163,19 +173,19 @@ async def test_cli_farm_run_interrupted_then_resumed_and_eval(cluster: Any, tmp_
     text = (await asyncio.wait_for(proc.communicate(), 60))[0].decode()
     assert proc.returncode == 130, text
     s = json.loads(summary.read_text())
-    assert s["stopped"] == "interrupted" and 8 <= s["episodes_completed"] < 60 and s["nodes_used"] >= 1
+    assert s["stopped"] == "interrupted" and 8 <= s["episodes_completed"] < 40 and s["nodes_used"] >= 1
     assert json.loads((run / "run.json").read_text())["options"]["ray"] == cluster.address
     code, text = await asyncio.to_thread(envfarm, "farm", "run", "--resume", str(run), "--quiet")  # its --ray
     assert code == 0, text
-    assert sorted(x["index"] for x in read_jsonl(out)) == list(range(60)) == spool_indices(run)
+    assert sorted(x["index"] for x in read_jsonl(out)) == list(range(40)) == spool_indices(run)
     s = json.loads(summary.read_text())
-    assert (s["episodes_completed"], s["nodes_used"]) == (60, 2) and "node 127.0.0.1/" in text
+    assert (s["episodes_completed"], s["nodes_used"]) == (40, 2) and "node 127.0.0.1/" in text
     folder = tmp_path / "eval"
-    code, text = await asyncio.to_thread(envfarm, "eval", *ENV, "--ray", cluster.address, "--episodes", "10",
+    code, text = await asyncio.to_thread(envfarm, "eval", *ENV, "--ray", cluster.address, "--episodes", "6",
                                          "--attempts", "2", "--concurrency", "4", "--run-dir", str(folder))
     assert code == 0, text
     report = json.loads((folder / "eval.json").read_text())
-    assert report["tasks"] == 10 and report["metrics"]["pass@1"]["value"] == 1.0
+    assert report["tasks"] == 6 and report["metrics"]["pass@1"]["value"] == 1.0
     assert json.loads((folder / "summary.json").read_text())["nodes_used"] == 2
 
 
