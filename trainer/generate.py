@@ -109,13 +109,8 @@ def generate_batch(policy: Policy, requests: Sequence[GenRequest], *,
     R = len(rows)
     new = torch.tensor([budgets[i] for i, _ in rows], device=dev)
     max_new = max(budgets[i] for i, _ in rows)
-    prompt_len = max(len(r.prompt) for _, r in rows)
-    ids = torch.full((R, prompt_len), tok.pad_id, dtype=torch.long)
-    valid = torch.zeros((R, prompt_len + max_new), dtype=torch.bool)
-    for j, (_, r) in enumerate(rows):
-        ids[j, prompt_len - len(r.prompt):] = torch.tensor(list(r.prompt), dtype=torch.long)
-        valid[j, prompt_len - len(r.prompt):prompt_len] = True
-    ids, valid = ids.to(dev), valid.to(dev)
+    ids, valid = _layout([r.prompt for _, r in rows], tok.pad_id, max_new, dev)
+    prompt_len = ids.shape[1]
     sampler = _Sampler(rows, dev, generator)
     every = check_every or (1 if dev.type == "cpu" else 8)
     use_autocast = dev.type == "cuda" if autocast is None else autocast
@@ -168,6 +163,18 @@ def _emitter(rows: Sequence[tuple[int, GenRequest]]) -> Emit | None:
                 fn(k, toks[j], lps[j])
 
     return emit
+
+
+def _layout(prompts: Sequence[Sequence[int]], pad: int, max_new: int, device: torch.device,
+            ) -> tuple[Tensor, Tensor]:
+    """Left-padded ids [R, P] and the real-token mask [R, P + max_new] (completion slots still False)."""
+    P = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), P), pad, dtype=torch.long)
+    valid = torch.zeros((len(prompts), P + max_new), dtype=torch.bool)
+    for j, p in enumerate(prompts):
+        ids[j, P - len(p):] = torch.tensor(list(p), dtype=torch.long)
+        valid[j, P - len(p):P] = True
+    return ids.to(device), valid.to(device)
 
 
 def _trim(ids: list[int], lps: list[float], eos: int, budget: int) -> tuple[list[int], list[float]]:
