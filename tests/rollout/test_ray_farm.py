@@ -16,15 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import ray.cluster_utils
 from rollout_support import free_port, read_jsonl
 
 from envfarm.errors import ClusterUnavailable
 from envfarm.rollout import FarmConfig, FileSink, Trajectory, make_policy
 from envfarm.rollout.ray_farm import RayConfig, RayFarm
 
-pytestmark = pytest.mark.bwrap
-
-ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
+pytestmark = [pytest.mark.bwrap, pytest.mark.slow]  # ray is in `make setup`: missing, these fail
 TOOLCALC = "envfarm/ToolCalc-v0"
 NODE = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "object_store_memory": 100 * 2**20}
 ENV = ["--env", TOOLCALC, "--backend", "bwrap", "--policy", "oracle", "--quiet"]
@@ -36,7 +35,7 @@ def cluster() -> Iterator[Any]:
     only the head has the custom resource ``envfarm``."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
-        c = ray_cluster_utils.Cluster(initialize_head=True, head_node_args={
+        c = ray.cluster_utils.Cluster(initialize_head=True, head_node_args={
             **NODE, "include_dashboard": False, "resources": {"envfarm": 3}})
         try:
             c.add_node(**NODE)
