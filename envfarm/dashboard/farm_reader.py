@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from .tail import JsonlTail, read_json
 log = logging.getLogger(__name__)
 
 REFRESH_S = 0.5
+LIVE_SAMPLES = 3600
 STALE_S = 5.0
 """A ``running`` live.json older than this: the farm stopped writing it (died, or was killed)."""
 
@@ -111,6 +113,8 @@ class FarmRun:
         self._by_finish: list[EpisodeRow] | None = None
         self._by_index: list[EpisodeRow] | None = None
         self._series: tuple[tuple[Any, ...], dict[str, Any], list[str]] | None = None
+        self.samples: deque[tuple[float, int, float, int, int]] = deque(maxlen=LIVE_SAMPLES)
+        """(time, active, steps/s, pool leased, pool idle) from each new live.json seen while watching."""
 
     # -------------------------------------------------------------------------------------- reading
 
@@ -129,6 +133,7 @@ class FarmRun:
             reset, lines = self.interrupted.read_new()
             self.n_interrupted = (0 if reset else self.n_interrupted) + len(lines)
             self.live = read_live(self.path)
+            self._sample_live()
             self.summary = read_json(self.path / "summary.json")
 
     def _read_spool(self) -> None:
@@ -173,6 +178,7 @@ class FarmRun:
                 "wall_s": (live or self.summary or {}).get("wall_s"),
                 "live_age_s": round(time.time() - self.live["time"], 1) if self.live else None,
                 **self._series_and_envs(rows, live is not None and live.get("state") == "running"),
+                "live_series": self._live_series(),
             }
 
     def episodes(self, flt: EpisodeFilter, offset: int = 0, limit: int = 200) -> dict[str, Any]:
@@ -200,6 +206,25 @@ class FarmRun:
         if live is None or live.get("run_id") not in (None, self.spec.get("run_id")):
             return None
         return live
+
+    def _sample_live(self) -> None:
+        live = self.live
+        if not live or (self.samples and self.samples[-1][0] >= float(live.get("time", 0))):
+            return
+        pool = live.get("pool") or {}
+        self.samples.append((float(live.get("time", 0)), int(live.get("active") or 0),
+                             float(live.get("steps_per_s") or 0.0), int(pool.get("leased") or 0),
+                             int(pool.get("idle") or 0)))
+
+    def _live_series(self) -> dict[str, list[Any]]:
+        """live.json as sampled since the dashboard started watching (seconds since the run started)."""
+        t0 = float((self.live or {}).get("started_at") or (self.samples[0][0] if self.samples else 0.0))
+        keys = ("t", "active", "steps_per_s", "leased", "idle")
+        out: dict[str, list[Any]] = {k: [] for k in keys}
+        for sample in self.samples:
+            for k, v in zip(keys, sample, strict=True):
+                out[k].append(round(v - t0, 2) if k == "t" else v)
+        return out
 
     def _series_and_envs(self, rows: list[EpisodeRow], running: bool) -> dict[str, Any]:
         """Time series and env ids, recomputed when episodes arrive (and every second while running)."""

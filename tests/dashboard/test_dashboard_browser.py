@@ -111,6 +111,7 @@ def test_a_running_farms_counters_move(driver: Any, tmp_path: Path) -> None:
             assert {"running", "finished"} <= seen_states, seen_states
             assert text_of(driver, "#conn") == "live"
             assert "leased" in text_of(driver, "#pool") and "start failures" in text_of(driver, "#pool")
+            assert len(_rows(driver, 'figure[data-title^="in flight"] path.line')) == 3
             driver.get("about:blank")  # close the event stream before the server goes
     finally:
         farm.join(120)

@@ -58,7 +58,13 @@ function renderFarm(main, src, d) {
       lineChart({title: "episodes done", series: [{name: "done", points: seriesPoints(d.series, "done")}], xLabel: "s", height: 150}),
       lineChart({title: "steps/s", series: [{name: "steps/s", points: seriesPoints(d.series, "steps_per_s"), color: "#16a34a"}], xLabel: "s", yMin: 0, height: 150}),
       lineChart({title: "mean reward (completed episodes)", series: [{name: "reward", points: seriesPoints(d.series, "reward_mean"), color: "#d97706"}], xLabel: "s", height: 150}),
-      lineChart({title: "infra errors (cumulative)", series: [{name: "infra errors", points: seriesPoints(d.series, "infra_errors"), color: "#dc2626"}], xLabel: "s", yMin: 0, height: 150})),
+      lineChart({title: "infra errors (cumulative)", series: [{name: "infra errors", points: seriesPoints(d.series, "infra_errors"), color: "#dc2626"}], xLabel: "s", yMin: 0, height: 150}),
+      d.live_series.t.length > 1 ? lineChart({title: "in flight and sandbox pool (live.json, while watched)", series: [
+        {name: "active episodes", points: seriesPoints(d.live_series, "active"), color: "#1f6feb"},
+        {name: "leased sandboxes", points: seriesPoints(d.live_series, "leased"), color: "#7c3aed"},
+        {name: "idle (warm)", points: seriesPoints(d.live_series, "idle"), color: "#16a34a"}], xLabel: "s", yMin: 0, height: 150, legend: true}) : null,
+      d.live_series.t.length > 1 ? lineChart({title: "steps/s (live.json, last 5 s)", series: [
+        {name: "steps/s", points: seriesPoints(d.live_series, "steps_per_s"), color: "#16a34a"}], xLabel: "s", yMin: 0, height: 150}) : null),
   );
 }
 
