@@ -252,7 +252,11 @@ class PolicyServer:
         except json.JSONDecodeError as e:
             raise RequestError(f"the body is not JSON ({e})") from e
         chat = parse_chat_request(body, self.model_name)
-        prompt = self.policy.encode_prompt(chat.messages, chat.tools)
+        try:
+            prompt = self.policy.encode_prompt(chat.messages, chat.tools)
+        except Exception as e:  # a HF chat template's raise_exception (jinja2), odd contents: the caller's
+            raise RequestError(f"the chat template cannot render these messages: {type(e).__name__}: {e}",
+                               param="messages") from e
         gen = GenRequest(prompt, n=chat.n, temperature=chat.temperature, top_p=chat.top_p,
                          max_tokens=chat.max_tokens or self.config.max_tokens,
                          generator=None if chat.seed is None else

@@ -15,7 +15,8 @@ from envfarm.trainer.server import PolicyServer
 transformers = pytest.importorskip("transformers")
 torch.set_num_threads(2)
 
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] or '' }}"
+CHATML = ("{% for m in messages %}{% if m['role'] == 'bad' %}{{ raise_exception('no bad role') }}{% endif %}"
+          "<|im_start|>{{ m['role'] }}\n{{ m['content'] or '' }}"
           "{% if m.get('tool_calls') %}{% for c in m['tool_calls'] %}<tool_call>\n"
           "{{ c['function'] | tojson }}\n</tool_call>{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
           "{% if tools %}<|im_start|>system\ntools: {% for t in tools %}{{ t['function']['name'] }} "
@@ -92,6 +93,8 @@ async def test_serve_one_request_and_checkpoint_round_trip(tmp_path: Path) -> No
         client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="x")
         reply = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hi"}],
                                                      tools=TOOLS, max_tokens=8, logprobs=True, seed=3)
+        with pytest.raises(openai.BadRequestError, match="no bad role"):
+            await client.chat.completions.create(model="m", messages=[{"role": "bad", "content": "x"}])
         await client.close()
     finally:
         await server.stop()
