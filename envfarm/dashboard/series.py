@@ -47,10 +47,11 @@ def time_series(rows: Sequence[_Row], running: bool = False) -> dict[str, list[A
     for b in range(n):
         cum_done += done[b]
         cum_infra += infra[b]
-        out["t"].append(round((b + 1) * width, 2))
+        span = width if b < n - 1 else max(t1 - t0 - b * width, MIN_BUCKET_S / 5)  # the last one: so far
+        out["t"].append(round(b * width + span, 2))
         out["done"].append(cum_done)
-        out["episodes_per_s"].append(round(done[b] / width, 3))
-        out["steps_per_s"].append(round(steps[b] / width, 3))
+        out["episodes_per_s"].append(round(done[b] / span, 3))
+        out["steps_per_s"].append(round(steps[b] / span, 3))
         out["reward_mean"].append(round(reward[b] / completed[b], 4) if completed[b] else None)
         out["infra_errors"].append(cum_infra)
     return out

@@ -239,3 +239,17 @@ def test_the_trainers_own_metrics_writer(tmp_path: Path) -> None:
     assert [u["phase"] for u in view["updates"]] == ["sft", "rl"] and view["last"]["version"] == 1
     assert view["publishes"][0]["bytes"] == 1000 and view["evals"][0]["mean_reward"] == 0.25
     assert view["unknown_kinds"] == [] and view["bad_lines"] == 0 and view["summary"] is None
+
+
+def test_time_series_buckets() -> None:
+    from types import SimpleNamespace
+
+    from envfarm.dashboard.series import time_series
+
+    rows = [SimpleNamespace(status="infra_error" if i % 10 == 0 else "completed", reward=1.0, steps=2,
+                            started_at=100 + i * 0.1, finished_at=100.5 + i * 0.1) for i in range(100)]
+    s = time_series(rows)
+    assert len(s["t"]) == 21 and s["done"][-1] == 100 and s["infra_errors"][-1] == 10
+    assert s["t"][-1] == 10.4 and s["steps_per_s"][-1] == 25.0, "the last bucket's rate is over its own span"
+    assert s["reward_mean"][0] is None and s["reward_mean"][-1] == 1.0
+    assert time_series([])["t"] == []
