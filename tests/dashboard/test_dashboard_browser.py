@@ -197,3 +197,19 @@ def test_real_code_repair_episode_and_harness_run(driver: Any, tmp_path: Path) -
         wait_for(driver, "#findings")
         assert "reverted" in text_of(driver, "#findings") and "conftest.py" in text_of(driver, "#findings")
         driver.get("about:blank")
+
+
+def test_a_trainer_links_its_farm_runs(driver: Any, runs: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from dashboard_support import write_trainer_run
+
+    folder = write_trainer_run(tmp_path / "train")
+    shutil.copytree(runs / "toolcalc", folder / "runs" / "rl")
+    with serve_in_thread([folder]) as url:
+        ids = {s.kind: s.id for s in discover([folder])}
+        _open(driver, f"{url}#/trainer/{ids['trainer']}")
+        wait_for(driver, "#trainer-runs a").click()
+        _until(driver, lambda: text_of(driver, "#farm-done") == "12 / 12")
+        assert text_of(driver, "#sources").count("train · rl") == 1
+        driver.get("about:blank")

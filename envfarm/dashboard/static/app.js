@@ -120,6 +120,7 @@ function renderTrainer(main, src, d) {
   put(main,
     h("div", {class: "title-row"}, h("h1", {}, `Training · ${src.name}`)),
     h("p", {class: "muted"}, src.path),
+    trainerRuns(src),
     h("div", {class: "cards"},
       card("updates", String(d.n_updates), "train-updates", last.phase ? `phase ${last.phase}` : null),
       card("step", last.step ?? "–", "train-step", last.time ? when(last.time) : null),
@@ -153,6 +154,14 @@ function renderTrainer(main, src, d) {
     d.summary ? h("details", {}, h("summary", {}, "summary.json"), h("pre", {class: "small"}, JSON.stringify(d.summary, null, 2))) : null,
     d.unknown_kinds.length || d.bad_lines ? h("p", {class: "muted small"}, `ignored: ${d.unknown_kinds.join(", ")} ${d.bad_lines ? `${d.bad_lines} unreadable lines` : ""}`) : null,
   );
+}
+
+// The trainer's farm runs (DIR/runs/<phase>: demos, evaluations, RL rollouts), linked.
+function trainerRuns(src) {
+  const mine = state.sources.filter((s) => s.kind === "farm" && s.path.startsWith(`${src.path}/runs/`));
+  if (!mine.length) return null;
+  return h("p", {class: "small", id: "trainer-runs"}, "farm runs: ", mine.map((s, i) =>
+    [i ? " · " : null, h("a", {href: `#/farm/${s.id}`}, s.path.slice(src.path.length + 6))]));
 }
 
 // ---------------------------------------------------------------------------------------- harness view
