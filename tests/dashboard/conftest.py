@@ -10,6 +10,14 @@ import pytest
 from dashboard_support import farm_run, write_code_repair_run, write_harness_run, write_trainer_run
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that read the real farm run need bwrap: mark them so (`-m "not bwrap"` skips them)."""
+    here = Path(__file__).parent
+    for item in items:
+        if item.path.is_relative_to(here) and "runs" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.bwrap)
+
+
 @pytest.fixture(scope="session")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """root/{toolcalc (a real bwrap farm run), repair, train, reports}."""
