@@ -116,6 +116,9 @@ class Sample:
     logprobs: tuple[float, ...]
     finish_reason: str
     """``stop`` (eos) or ``length`` (max_tokens)."""
+    top_logprobs: tuple[tuple[tuple[int, float], ...], ...] = ()
+    """Per token, the ``(token_id, logprob)`` of the most likely alternatives (same convention), when asked
+    (OpenAI's ``top_logprobs``); empty otherwise."""
 
 
 __all__ = [

@@ -45,9 +45,12 @@ class GenRequest:
     max_tokens: int = 64
     generator: torch.Generator | None = None
     """Random source for this request's rows; None: the batch's shared one."""
-    on_token: Callable[[int, int, float], None] | None = None
-    """Streaming: called from the generating thread as ``on_token(sample_index, token_id, logprob)`` for
-    each new token of each of this request's samples, in order (eos included); costs a host sync per step."""
+    top_logprobs: int = 0
+    """Also return this many most likely alternatives per token (``Sample.top_logprobs``)."""
+    on_token: Callable[[int, int, float, list[tuple[int, float]]], None] | None = None
+    """Streaming: called from the generating thread as ``on_token(sample_index, token_id, logprob, top)``
+    for each new token of each of this request's samples, in order (eos included); ``top`` holds
+    ``top_logprobs`` (id, logprob) pairs. Costs a host sync per step."""
 
 
 @dataclass(frozen=True)
@@ -82,10 +85,11 @@ def check_request(policy: Policy, req: GenRequest) -> int:
     if room < 1:
         raise ConfigError(f"prompt of {len(req.prompt)} tokens leaves no room in the model's context of "
                           f"{policy.max_context} tokens")
-    if req.n < 1 or req.max_tokens < 1 or req.temperature < 0 or not 0 < req.top_p <= 1:
+    if req.n < 1 or req.max_tokens < 1 or req.temperature < 0 or not 0 < req.top_p <= 1 or \
+            not 0 <= req.top_logprobs <= 20:
         raise ConfigError(f"need n >= 1, max_tokens >= 1, temperature >= 0 and 0 < top_p <= 1; got "
                           f"n={req.n}, max_tokens={req.max_tokens}, temperature={req.temperature}, "
-                          f"top_p={req.top_p}")
+                          f"top_p={req.top_p} (and 0 <= top_logprobs <= 20)")
     return min(req.max_tokens, room)
 
 
@@ -120,19 +124,22 @@ def generate_batch(policy: Policy, requests: Sequence[GenRequest], *,
         hits = [req_hits[i] for i, _ in rows] if prefix_cache is not None else None
         first: dict[tuple[int, ...], int] = {}
         src = [first.setdefault(tuple(r.prompt), j) for j, (_, r) in enumerate(rows)]
-        out_ids, out_lp, steps, cache = _decode(policy, ids, valid, new, max_new, sampler, every,
-                                                _emitter(rows), cache_dtype, hits, src,
-                                                keep_all=prefix_cache is not None)
+        out_ids, out_lp, steps, cache, tops = _decode(policy, ids, valid, new, max_new, sampler, every,
+                                                      _emitter(rows), cache_dtype, hits, src,
+                                                      keep_all=prefix_cache is not None)
     out_ids_l, out_lp_l = out_ids.tolist(), out_lp.tolist()
+    top_v, top_i = (tops[0].tolist(), tops[1].tolist()) if tops is not None else ([], [])
     samples: list[list[Sample]] = [[] for _ in requests]
     completion = 0
     completions = []
-    for j, (i, _) in enumerate(rows):
+    for j, (i, r) in enumerate(rows):
         toks, lps = _trim(out_ids_l[j], out_lp_l[j], tok.eos_id, budgets[i])
         completion += len(toks)
         completions.append(toks)
         reason = "stop" if toks and toks[-1] == tok.eos_id else "length"
-        samples[i].append(Sample(tuple(toks), tuple(lps), reason))
+        alts = tuple(tuple(zip(top_i[j][s][:r.top_logprobs], top_v[j][s][:r.top_logprobs], strict=True))
+                     for s in range(len(toks))) if r.top_logprobs else ()
+        samples[i].append(Sample(tuple(toks), tuple(lps), reason, alts))
     prompt_tokens = sum(len(r.prompt) for _, r in rows)
     cached = sum(req_hits[i].tokens for i, _ in rows)
     if prefix_cache is not None:
@@ -141,7 +148,8 @@ def generate_batch(policy: Policy, requests: Sequence[GenRequest], *,
     return Generation(samples, R, prompt_tokens, completion, steps, time.perf_counter() - t0, cached)
 
 
-Emit = Callable[[Tensor, Tensor, Tensor, Tensor], None]
+Top = tuple[Tensor, Tensor] | None
+Emit = Callable[[Tensor, Tensor, Tensor, Tensor, Top], None]
 
 
 def _emitter(rows: Sequence[tuple[int, GenRequest]]) -> Emit | None:
@@ -149,18 +157,20 @@ def _emitter(rows: Sequence[tuple[int, GenRequest]]) -> Emit | None:
     streams, seen = [], [0] * (max((i for i, _ in rows), default=0) + 1)
     for j, (i, r) in enumerate(rows):
         if r.on_token is not None:
-            streams.append((j, r.on_token, seen[i]))
+            streams.append((j, r.on_token, seen[i], r.top_logprobs))
         seen[i] += 1
     if not streams:
         return None
 
-    def emit(token: Tensor, logprob: Tensor, active: Tensor, index: Tensor) -> None:
+    def emit(token: Tensor, logprob: Tensor, active: Tensor, index: Tensor, top: Top) -> None:
         toks, lps, act = token.tolist(), logprob.tolist(), active.tolist()
+        top_v, top_i = (top[0].tolist(), top[1].tolist()) if top is not None else ([], [])
         where = {row: j for j, row in enumerate(index.tolist())}
-        for row, fn, k in streams:
+        for row, fn, k, n_top in streams:
             j = where.get(row)
             if j is not None and act[j]:
-                fn(k, toks[j], lps[j])
+                alts = list(zip(top_i[j][:n_top], top_v[j][:n_top], strict=True)) if n_top else []
+                fn(k, toks[j], lps[j], alts)
 
     return emit
 
@@ -217,8 +227,9 @@ def _prefill(policy: Policy, ids: Tensor, valid: Tensor, positions: Tensor, capa
 def _decode(policy: Policy, ids: Tensor, valid: Tensor, new: Tensor, max_new: int, sampler: _Sampler,
             every: int, emit: Emit | None,
             cache_dtype: torch.dtype | None, hits: Sequence[Hit] | None, src: Sequence[int],
-            keep_all: bool = False) -> tuple[Tensor, Tensor, int, Any]:
-    """Prefill + decode loop; returns (tokens [R, max_new], logprobs [R, max_new], decode steps, cache).
+            keep_all: bool = False) -> tuple[Tensor, Tensor, int, Any, Top]:
+    """Prefill + decode loop: (tokens [R, max_new], logprobs [R, max_new], decode steps, cache, top
+    alternatives ([R, max_new, k] logprobs and ids) or None).
     Finished rows leave the batch once they are half of it; with ``keep_all`` the returned cache still
     holds every row's keys/values (for the prefix cache)."""
     eos, pad = policy.tokenizer.eos_id, policy.tokenizer.pad_id
@@ -230,13 +241,18 @@ def _decode(policy: Policy, ids: Tensor, valid: Tensor, new: Tensor, max_new: in
     out_ids = torch.full((R, max_new), pad, dtype=torch.long, device=ids.device)
     out_lp = torch.zeros((R, max_new), dtype=torch.float32, device=ids.device)
     rows = _Rows(valid, positions[:, -1:] + 1, new)
+    tops = (torch.zeros((R, max_new, sampler.top_k), device=ids.device),
+            torch.zeros((R, max_new, sampler.top_k), dtype=torch.long, device=ids.device)) \
+        if sampler.top_k else None
     steps = 0
     for step in range(max_new):
-        token, lp = sampler(logits)
+        token, lp, top = sampler(logits)
         token = torch.where(rows.done, pad, token)
         out_ids[rows.index, step], out_lp[rows.index, step] = token, lp
+        if tops is not None and top is not None:
+            tops[0][rows.index, step], tops[1][rows.index, step] = top
         if emit is not None:
-            emit(token, lp, ~rows.done, rows.index)
+            emit(token, lp, ~rows.done, rows.index, top)
         rows.count += (~rows.done).long()
         rows.done |= (token == eos) | (rows.count >= rows.new)
         if step == max_new - 1 or ((step + 1) % every == 0 and bool(rows.done.all())):
@@ -256,7 +272,7 @@ def _decode(policy: Policy, ids: Tensor, valid: Tensor, new: Tensor, max_new: in
         steps += 1
     if keep_all and cache is not full_cache:
         full_cache.k[:, rows.index], full_cache.v[:, rows.index] = cache.k, cache.v
-    return out_ids, out_lp, steps, full_cache
+    return out_ids, out_lp, steps, full_cache, tops
 
 
 class _Rows:
@@ -293,6 +309,7 @@ class _Sampler:
         self.use_top_p = any(r.top_p < 1 for _, r in rows)
         self.greedy = torch.tensor([r.temperature == 0 for _, r in rows], device=device)
         self.any_greedy = any(r.temperature == 0 for _, r in rows)
+        self.top_k = max(r.top_logprobs for _, r in rows)
         self.device = device
         self.generators: list[torch.Generator | None] = []
         self.gid: list[int] = []  # each row's index into self.generators
@@ -328,7 +345,7 @@ class _Sampler:
         self.gid = [self.gid[j] for j in keep.tolist()]
         self._group()
 
-    def __call__(self, logits: Tensor) -> tuple[Tensor, Tensor]:
+    def __call__(self, logits: Tensor) -> tuple[Tensor, Tensor, Top]:
         logits = logits.float()
         logp = torch.log_softmax(logits, dim=-1)
         probs = torch.softmax(logits / self.temps, dim=-1)
@@ -342,7 +359,8 @@ class _Sampler:
                 token[idx] = torch.multinomial(probs[idx], 1, generator=g).squeeze(1)
         if self.any_greedy:
             token = torch.where(self.greedy, logits.argmax(-1), token)
-        return token, logp.gather(1, token[:, None]).squeeze(1)
+        top = logp.topk(self.top_k, dim=-1) if self.top_k else None
+        return token, logp.gather(1, token[:, None]).squeeze(1), (top[0], top[1]) if top is not None else None
 
 
 def _nucleus(probs: Tensor, top_p: Tensor) -> Tensor:

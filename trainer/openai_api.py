@@ -43,6 +43,7 @@ class ChatRequest:
     top_p: float = 1.0
     max_tokens: int | None = None
     logprobs: bool = False
+    top_logprobs: int = 0
     stream: bool = False
     include_usage: bool = False
     seed: int | None = None
@@ -103,11 +104,14 @@ def parse_chat_request(body: Any, model_name: str) -> ChatRequest:
     if max_tokens is None:
         max_tokens = _integer(body, "max_tokens", 1, 1 << 30)
     options = body.get("stream_options") or {}
-    _integer(body, "top_logprobs", 0, 20)
+    top = _integer(body, "top_logprobs", 0, 20) or 0
+    if top and not body.get("logprobs"):
+        raise RequestError("top_logprobs needs logprobs: true", param="top_logprobs")
     return ChatRequest(
         messages=_messages(body), tools=_tools(body), n=_integer(body, "n", 1, MAX_N) or 1,
         temperature=_number(body, "temperature", 1.0, 0.0, 2.0), top_p=_number(body, "top_p", 1.0, 1e-9, 1.0),
-        max_tokens=max_tokens, logprobs=bool(body.get("logprobs")), stream=bool(body.get("stream")),
+        max_tokens=max_tokens, logprobs=bool(body.get("logprobs")), top_logprobs=top,
+        stream=bool(body.get("stream")),
         include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
         seed=_integer(body, "seed", -(1 << 63), (1 << 63) - 1))
 
@@ -136,14 +140,20 @@ def finish_reason(sample: Sample, parsed: ParsedCompletion) -> str:
     return sample.finish_reason
 
 
-def logprob_entries(tokenizer: Tokenizer, ids: Sequence[int],
-                    logprobs: Sequence[float]) -> list[dict[str, Any]]:
-    """OpenAI ``logprobs.content`` entries: token text, logprob, its bytes, no alternatives."""
+def logprob_entries(tokenizer: Tokenizer, ids: Sequence[int], logprobs: Sequence[float],
+                    tops: Sequence[Sequence[tuple[int, float]]] = ()) -> list[dict[str, Any]]:
+    """OpenAI ``logprobs.content`` entries: token text, logprob, its bytes, the alternatives asked for."""
     out = []
-    for t, lp in zip(ids, logprobs, strict=True):
-        raw = token_bytes(tokenizer, t)
-        out.append({"token": tokenizer.decode([t]), "logprob": lp, "bytes": list(raw), "top_logprobs": []})
+    for n, (t, lp) in enumerate(zip(ids, logprobs, strict=True)):
+        entry = _token_entry(tokenizer, t, lp)
+        entry["top_logprobs"] = [_token_entry(tokenizer, a, alp) for a, alp in tops[n]] if tops else []
+        out.append(entry)
     return out
+
+
+def _token_entry(tokenizer: Tokenizer, token_id: int, logprob: float) -> dict[str, Any]:
+    return {"token": tokenizer.decode([token_id]), "logprob": logprob,
+            "bytes": list(token_bytes(tokenizer, token_id))}
 
 
 def token_bytes(tokenizer: Tokenizer, token_id: int) -> bytes:
@@ -164,8 +174,8 @@ def completion_body(*, cid: str, model: str, choices: Sequence[Choice], prompt_i
     """A ``chat.completion`` object with token ids, logprobs (when asked) and the weight version."""
     out = []
     for i, c in enumerate(choices):
-        lp = {"content": logprob_entries(tokenizer, c.sample.token_ids, c.sample.logprobs)} if logprobs \
-            else None
+        lp = {"content": logprob_entries(tokenizer, c.sample.token_ids, c.sample.logprobs,
+                                         c.sample.top_logprobs)} if logprobs else None
         out.append({"index": i, "message": message_json(c.parsed), "logprobs": lp,
                     "finish_reason": finish_reason(c.sample, c.parsed),
                     "token_ids": list(c.sample.token_ids)})

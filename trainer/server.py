@@ -258,7 +258,7 @@ class PolicyServer:
             raise RequestError(f"the chat template cannot render these messages: {type(e).__name__}: {e}",
                                param="messages") from e
         gen = GenRequest(prompt, n=chat.n, temperature=chat.temperature, top_p=chat.top_p,
-                         max_tokens=chat.max_tokens or self.config.max_tokens,
+                         max_tokens=chat.max_tokens or self.config.max_tokens, top_logprobs=chat.top_logprobs,
                          generator=None if chat.seed is None else
                          torch.Generator(self.policy.device).manual_seed(chat.seed))
         try:

@@ -121,10 +121,10 @@ class _SSE:
 
 async def stream_response(server: PolicyServer, request: web.Request, pending: Pending) -> web.StreamResponse:
     loop = asyncio.get_running_loop()
-    events: asyncio.Queue[tuple[int, int, float] | None] = asyncio.Queue()
+    events: asyncio.Queue[tuple[int, int, float, list[tuple[int, float]]] | None] = asyncio.Queue()
 
-    def on_token(k: int, token: int, logprob: float) -> None:
-        loop.call_soon_threadsafe(events.put_nowait, (k, token, logprob))
+    def on_token(k: int, token: int, logprob: float, top: list[tuple[int, float]]) -> None:
+        loop.call_soon_threadsafe(events.put_nowait, (k, token, logprob, top))
 
     pending.gen = dataclasses.replace(pending.gen, on_token=on_token)
     pending.events = events
@@ -136,9 +136,9 @@ async def stream_response(server: PolicyServer, request: web.Request, pending: P
         while (event := await events.get()) is not None:
             if sse.resp is None:
                 await sse.open(request, pending.version)
-            k, token, logprob = event
+            k, token, logprob, top = event
             delta = choices[k].push(token)
-            lp = logprob_entries(tok, [token], [logprob]) if chat.logprobs else None
+            lp = logprob_entries(tok, [token], [logprob], [top] if top else ()) if chat.logprobs else None
             await sse.chunk(k, {"content": delta} if delta else {}, logprobs=lp, extra={"token_ids": [token]})
     except ConnectionError:  # the client went away mid-stream: its rows finish with the batch, unread
         log.info("stream %s: client disconnected", sse.cid)

@@ -141,7 +141,7 @@ def test_finished_rows_leave_the_batch_and_everything_still_adds_up(policy: Poli
                for i in range(4)]
     streamed: dict[int, list[tuple[int, float]]] = {0: [], 3: []}
     def hook(i: int) -> Any:
-        return (lambda k, t, lp: streamed[i].append((t, lp))) if i in streamed else None
+        return (lambda k, t, lp, top: streamed[i].append((t, lp))) if i in streamed else None
 
     reqs = [GenRequest(p, max_tokens=2 if i < 3 else 20, on_token=hook(i)) for i, p in enumerate(prompts)]
     gen = generate_batch(policy, reqs, prefix_cache=cache, generator=torch.Generator().manual_seed(0))
@@ -161,3 +161,16 @@ def test_finished_rows_leave_the_batch_and_everything_still_adds_up(policy: Poli
 
 def close(a: Sequence[float], b: Sequence[float], tol: float = 1e-4) -> bool:
     return max(abs(x - y) for x, y in zip(a, b, strict=True)) < tol
+
+
+def test_top_logprobs_are_the_model_distributions_best(policy: Policy) -> None:
+    prompt = [5, 6, 7, 8]
+    gen = generate_batch(policy, [GenRequest(prompt, max_tokens=6, top_logprobs=3), GenRequest([9, 9])])
+    s = gen.samples[0][0]
+    assert len(s.top_logprobs) == len(s.token_ids) and gen.samples[1][0].top_logprobs == ()
+    with torch.no_grad():
+        logp = torch.log_softmax(policy.module(torch.tensor([prompt + list(s.token_ids)])).float(), -1)[0]
+    for i, alts in enumerate(s.top_logprobs):
+        best = logp[len(prompt) - 1 + i].topk(3)
+        assert [a for a, _ in alts] == best.indices.tolist()
+        assert close([lp for _, lp in alts], best.values.tolist())

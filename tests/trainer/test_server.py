@@ -67,8 +67,8 @@ async def test_chat_n2_logprobs_token_ids_and_version(served: Served) -> None:
     models = await client.models.list()
     assert [m.id for m in models.data] == ["envfarm-tiny-cpu"] and models.data[0].weight_version == 0
     raw = await client.chat.completions.with_raw_response.create(
-        model="envfarm-tiny-cpu", messages=USER, tools=TOOLS, n=2, logprobs=True, max_tokens=12,
-        temperature=0.9, top_p=0.95, seed=7)
+        model="envfarm-tiny-cpu", messages=USER, tools=TOOLS, n=2, logprobs=True, top_logprobs=3,
+        max_tokens=12, temperature=0.9, top_p=0.95, seed=7)
     assert raw.headers[VERSION_HEADER] == "0"
     reply = raw.parse()
     assert reply.weight_version == 0 and reply.prompt_token_ids == server.policy.encode_prompt(USER, TOOLS)
@@ -81,6 +81,9 @@ async def test_chat_n2_logprobs_token_ids_and_version(served: Served) -> None:
             b for t in choice.token_ids for b in server.policy.tokenizer.token_bytes(t))
         rec = recompute(server.policy, reply.prompt_token_ids, choice.token_ids)
         assert max(abs(a - b) for a, b in zip(rec, lps, strict=True)) < 1e-4
+        for e in choice.logprobs.content:
+            alts = [a.logprob for a in e.top_logprobs]
+            assert len(alts) == 3 and alts == sorted(alts, reverse=True) and e.logprob <= alts[0] + 1e-6
     again = await client.chat.completions.create(model="envfarm-tiny-cpu", messages=USER, tools=TOOLS, n=2,
                                                  max_tokens=12, temperature=0.9, top_p=0.95, seed=7)
     assert [c.token_ids for c in again.choices] == [c.token_ids for c in reply.choices]  # seeded: repeatable
@@ -143,16 +146,16 @@ async def test_tool_calls_plain_and_streamed() -> None:
 async def test_stream_matches_plain_reply(served: Served) -> None:
     _, client = served
     args = {"model": "envfarm-tiny-cpu", "messages": USER, "max_tokens": 14, "seed": 3, "logprobs": True,
-            "n": 2}
+            "top_logprobs": 2, "n": 2}
     plain = await client.chat.completions.create(**args)
     chunks = [c async for c in await client.chat.completions.create(stream=True, **args)]
     assert all(c.weight_version == 0 for c in chunks) and chunks[0].choices[0].delta.role == "assistant"
     for i, choice in enumerate(plain.choices):
         mine = [c.choices[0] for c in chunks if c.choices and c.choices[0].index == i]
         text = "".join(c.delta.content or "" for c in mine)
-        lps = [e.logprob for c in mine if c.logprobs for e in c.logprobs.content]
+        lps = [(e.logprob, e.top_logprobs) for c in mine if c.logprobs for e in c.logprobs.content]
         assert text == choice.message.content
-        assert lps == [e.logprob for e in choice.logprobs.content]
+        assert lps == [(e.logprob, e.top_logprobs) for e in choice.logprobs.content]
         assert [c.finish_reason for c in mine if c.finish_reason] == [choice.finish_reason]
 
 
@@ -240,6 +243,7 @@ async def test_bad_requests_are_openai_400s(served: Served) -> None:
         {"model": "envfarm-tiny-cpu", "messages": USER, "temperature": -1},
         {"model": "envfarm-tiny-cpu", "messages": USER, "n": 0},
         {"model": "envfarm-tiny-cpu", "messages": []},
+        {"model": "envfarm-tiny-cpu", "messages": USER, "top_logprobs": 2},
     ]
     for body in bad:
         with pytest.raises(openai.BadRequestError) as info:
