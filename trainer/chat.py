@@ -74,7 +74,9 @@ def _tool_call(text: str) -> ToolCall | None:
 
 def parse_tool_calls(text: str) -> ParsedCompletion:
     """Tool calls inside ``<tool_call>`` tags (whitespace and a missing final close tag tolerated); the rest,
-    and any call that is not well-formed JSON with a name and object arguments, stays content."""
+    and any call that is not well-formed JSON with a name and object arguments, stays content (exactly,
+    unless it is only whitespace), so ``render_completion`` of the parsed message gives back a canonical
+    completion byte for byte and the next turn's prompt continues this one's tokens."""
     calls: list[ToolCall] = []
     kept: list[str] = []
     pos = 0
@@ -88,7 +90,8 @@ def parse_tool_calls(text: str) -> ParsedCompletion:
     if not calls:
         return ParsedCompletion(content=text)
     kept.append(text[pos:])
-    return ParsedCompletion(content="".join(kept).strip(), tool_calls=tuple(calls))
+    content = "".join(kept)  # not stripped: "Sure. <tool_call>..." renders back to the same text
+    return ParsedCompletion(content=content if content.strip() else "", tool_calls=tuple(calls))
 
 
 class BuiltinTemplate:

@@ -166,7 +166,7 @@ async def _finish(sse: _SSE, server: PolicyServer, samples: list[Any], streams: 
         finished.append(Choice(sample, parsed))
         if parsed.tool_calls:
             calls = [{"index": j, **c} for j, c in enumerate(tool_calls_json(parsed))]
-            sent = policy.decode_completion(sample.token_ids)[:st.sent].strip()
+            sent = policy.decode_completion(sample.token_ids)[:st.sent]
             rest = parsed.content[len(sent):] if parsed.content.startswith(sent) else ""
             await sse.chunk(k, {"content": rest or None, "tool_calls": calls})
         else:

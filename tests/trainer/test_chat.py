@@ -52,6 +52,19 @@ def test_render_parse_round_trip(message: dict) -> None:
         [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
 
 
+def test_canonical_completions_survive_the_farm_round_trip() -> None:
+    """Sampled text -> parsed message (what the farm stores) -> rendered again: the same text, so turn k+1's
+    prompt tokens continue turn k's prompt + completion tokens."""
+    t = BuiltinTemplate()
+    for text in ('Sure. <tool_call>{"name":"calc","arguments":{"expr":"(3+4)*2"}}</tool_call>',
+                 '<tool_call>{"name":"submit","arguments":{"answer":"14"}}</tool_call>', "no tool call here"):
+        parsed = t.parse_completion(text)
+        message = {"role": "assistant", "content": parsed.content or None, "tool_calls": [
+            {"id": "x", "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in parsed.tool_calls]}
+        assert t.render_completion(message) == text
+
+
 def test_parse_is_lenient_on_whitespace_and_keeps_malformed_as_content() -> None:
     got = parse_tool_calls('<tool_call>\n {"name": "submit", "arguments": {"answer": "7"}}\n</tool_call>')
     assert got.tool_calls[0].name == "submit" and json.loads(got.tool_calls[0].arguments) == {"answer": "7"}

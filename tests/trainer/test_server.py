@@ -127,7 +127,7 @@ async def test_tool_calls_plain_and_streamed() -> None:
         chunks = [c async for c in stream]
         await client.close()
     choice = reply.choices[0]
-    assert choice.finish_reason == "tool_calls" and choice.message.content == "Let me compute."
+    assert choice.finish_reason == "tool_calls" and choice.message.content == "Let me compute. "
     [tc] = choice.message.tool_calls
     assert tc.type == "function" and tc.function.name == "calc" and json.loads(tc.function.arguments) == {
         "expr": "3*4"} and tc.id.startswith("call_")
@@ -137,7 +137,7 @@ async def test_tool_calls_plain_and_streamed() -> None:
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     streamed_ids = [t for c in chunks if c.choices
                     for t in (c.choices[0].model_extra or {}).get("token_ids", [])]
-    assert content.strip() == "Let me compute." and "<tool_call>" not in content
+    assert content == "Let me compute. " and "<tool_call>" not in content
     assert [(t.function.name, json.loads(t.function.arguments)) for t in calls] == [("calc", {"expr": "3*4"})]
     assert finishes == ["tool_calls"] and streamed_ids == choice.token_ids
     assert chunks[-1].usage.completion_tokens == len(choice.token_ids)
