@@ -28,8 +28,10 @@ Module protocol (what ``generate.py`` and the server call; the learner needs onl
     module.new_cache(batch, capacity) -> cache     # filled in place by forward calls
 
 Implementations: ``model.py`` (built-in decoder-only transformer + presets), ``tokenizer.py`` (bytes),
-``chat.py`` (template + tool-call parsing), ``hf.py`` (transformers, optional), ``generate.py`` (batched
-sampling), ``server.py`` (OpenAI-compatible aiohttp app), ``weights.py`` (safetensors encode/publish/load).
+``chat.py`` (template + tool-call parsing), ``hf.py`` (transformers, optional), ``policy.py`` (load/save),
+``generate.py`` (batched sampling) + ``prefix.py`` (prefix cache), ``server.py`` (OpenAI-compatible aiohttp
+app) + ``openai_api.py`` (wire format) + ``streaming.py`` (SSE), ``weights.py`` (safetensors
+encode/publish/load).
 The learner: ``ingest.py`` (NDJSON endpoint, dedup, staleness), ``batching.py``, ``loss.py`` (GRPO/PPO, SFT),
 ``learner.py`` (optimizer step, accumulation, DDP), ``checkpoint.py``, ``metrics.py``, ``loop.py``.
 """
