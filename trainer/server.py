@@ -229,7 +229,8 @@ class PolicyServer:
                 raise
             return web.json_response(error_body(f"{request.method} {request.path}: {e.reason}",
                                                 kind="not_found_error" if e.status == 404 else
-                                                "invalid_request_error"), status=e.status)
+                                                "invalid_request_error"), status=e.status,
+                                     headers=self._headers())
         except Exception as e:  # a bug or a failed batch: an OpenAI-style 500, logged here, never a traceback
             log.exception("policy server failed on %s %s", request.method, request.path)
             body = error_body(f"internal error: {type(e).__name__}: {e}", kind="server_error")

@@ -258,7 +258,7 @@ async def test_bad_requests_are_openai_400s(served: Served) -> None:
         async with http.post(server.url + "/weights", data=encode_state(other.module)) as resp:
             assert resp.status == 400 and "wrong shape" in (await resp.json())["error"]["message"]
         async with http.get(server.url + "/nowhere") as resp:
-            assert resp.status == 404 and "error" in await resp.json()
+            assert resp.status == 404 and "error" in await resp.json() and resp.headers[VERSION_HEADER] == "0"
     assert server.version == 0
     ok = await client.chat.completions.create(model="envfarm-tiny-cpu", messages=USER, max_tokens=2)
     assert ok.choices[0].token_ids
