@@ -44,6 +44,9 @@ def mine_command(
         list[Path] | None, typer.Option("--find-links", help="Sdists from this folder instead of PyPI.")
     ] = None,
     report: Annotated[Path | None, typer.Option("--report", help="Write the figures as JSON.")] = None,
+    recipes: Annotated[
+        Path | None, typer.Option("--recipes", help="Recipe table (default: the factory's recipes.toml).")
+    ] = None,
 ) -> None:
     """Mine SWE-bench-style tasks from PyPI sdists by AST mutation; every row is validated by the harness."""
     from envfarm.envs.code_repair.factory.mine import MineConfig, mine
@@ -51,10 +54,14 @@ def mine_command(
     try:
         config = MineConfig(packages=tuple(package), out=out, max_tasks=max_tasks, max_mutants=max_mutants,
                             seed=seed, backend=backend, jobs=jobs, validate_workers=validate_workers,
-                            harness_check=not no_validate, find_links=tuple(find_links or ()))
+                            harness_check=not no_validate, find_links=tuple(find_links or ()),
+                            **({"recipes": recipes} if recipes is not None else {}))
     except ValidationError as e:
         first = e.errors()[0]
         raise ConfigError(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}") from None
+    if recipes is not None and not recipes.is_file():
+        raise ConfigError(f"--recipes {recipes} is not a file; pass a TOML recipe table (see "
+                          "envs/code_repair/factory/recipes.toml)")
     with _progress() as bar:
         tasks: dict[str, TaskID] = {}
 
