@@ -129,3 +129,34 @@ def test_bad_input_is_one_error_line_exit_2(mined: tuple[Path, Path], args: list
     assert res.exit_code == 2, res.output
     assert "error:" in res.output and "Traceback" not in res.output
     assert message in " ".join(res.output.split())
+
+
+async def test_a_known_mutant_gives_the_expected_test_lists(mined: tuple[Path, Path]) -> None:
+    from envfarm.envs.code_repair.factory.mine import judge
+    from envfarm.envs.code_repair.factory.mutate import mutations
+    from envfarm.envs.code_repair.factory.prepare import prepare, test_files_for
+    from envfarm.envs.code_repair.factory.runner import TestSession
+    from envfarm.envs.code_repair.factory.sdist import parse_spec
+    from envfarm.envs.code_repair.factory.state import WorkFolder
+    from envfarm.sandbox import get_backend
+
+    root, out = mined
+    backend = get_backend("docker")
+    try:
+        p = await prepare(parse_spec(SPEC), WorkFolder(out), backend, [root / "index"])  # cached baseline
+        assert len(p.passing) == 8
+        source = p.project.files["tinycalc/clamp.py"]
+        (m,) = [m for m in mutations("tinycalc/clamp.py", source) if m.kind == "negate" and m.line == 2]
+        assert m.apply(source).startswith(b"def clamp(x, lo, hi):\n    if not (x < lo):\n")
+        files = test_files_for(m.file, ("tests/test_clamp.py", "tests/test_stats.py"), p.project.files)
+        assert files == ("tests/test_clamp.py",)
+        async with TestSession.open(backend, p.image, p.project.files, p.project.env.test_cmd, p.env) as s:
+            outcome = judge(m, await s.run_mutant(m.file, m.apply(source), source, files, 60), files, p)
+            again = await s.run(files, 60)  # the file was restored
+        assert outcome.verdict == "kept" and outcome.hidden == ("tests/test_clamp.py",)
+        assert outcome.fail_to_pass == tuple(f"tests/test_clamp.py::{t}" for t in
+                                             ("test_above", "test_below", "test_inside"))
+        assert outcome.pass_to_pass == ("tests/test_clamp.py::test_type",)
+        assert set(again.statuses.values()) == {"PASSED"} and len(again.statuses) == 4
+    finally:
+        await backend.aclose()
