@@ -60,7 +60,7 @@ class MineConfig(BaseModel):
     seed: int = 0
     """Orders the mutation sites; the same seed gives the same rows."""
     backend: str = "docker"
-    """Sandbox backend for the mutant test runs and the validation (docker or bwrap)."""
+    """Sandbox backend for the baseline and mutant test runs (docker or bwrap); validation uses docker."""
     jobs: int = Field(2, ge=1)
     """Sandboxes testing mutants at the same time."""
     validate_workers: int = Field(4, ge=1)
@@ -146,7 +146,10 @@ async def mine(config: MineConfig, progress: ProgressFn | None = None) -> MineRe
     work = WorkFolder(config.out)
     t0 = time.monotonic()
     backend = get_backend(config.backend)
-    pipeline = _Validation(config, work, backend, emit)
+    # harness images are docker images: validation runs on docker whatever backend mines (bwrap would
+    # export every instance image to a rootfs); one docker backend object for both when mining on docker
+    checker = backend if backend.name == "docker" else get_backend("docker")
+    pipeline = _Validation(config, work, checker, emit)
     miners: list[_Miner] = []
     try:
         try:
@@ -168,6 +171,8 @@ async def mine(config: MineConfig, progress: ProgressFn | None = None) -> MineRe
                 await pipeline.run(m)
     finally:
         await backend.aclose()
+        if checker is not backend:
+            await checker.aclose()
     verdicts = pipeline.verdicts
     final = []
     for miner in miners:
