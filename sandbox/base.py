@@ -18,6 +18,7 @@ cancellation, idempotent close, logging and error mapping.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import os
@@ -43,6 +44,8 @@ from .agent_io import AgentPipe, agent_argv
 from .transfer import Transfers
 
 log = logging.getLogger(__name__)
+_SANDBOX_NUMBERS = itertools.count(1)
+"""Sandbox numbers of this process (``next`` is atomic under the GIL)."""
 
 START_TIMEOUT_S = 60.0  # a sandbox and its agent must answer within this
 AGENT_GRACE_S = 10.0  # the agent answers within timeout + this, or the sandbox is declared hung
@@ -293,7 +296,6 @@ class Backend(ABC):
 
     def __init__(self) -> None:
         self._live: dict[str, Sandbox] = {}
-        self._counter = 0
 
     @property
     def live(self) -> int:
@@ -315,11 +317,12 @@ class Backend(ABC):
         return 0
 
     def _new_id(self) -> str:
-        """Unique per host: run id, pid (forked workers share the run id and a copy of the counter), count."""
+        """Unique per host: run id, pid (forked workers share the run id and a copy of the counter), count.
+
+        The count is per process, not per backend: two backends of one process never hand out the same id."""
         from envfarm.config import run_id
 
-        self._counter += 1
-        return f"{run_id()}-{os.getpid():x}-{self._counter:05d}"
+        return f"{run_id()}-{os.getpid():x}-{next(_SANDBOX_NUMBERS):05d}"
 
     async def start(
         self, image: str | None = None, limits: Limits | None = None, labels: Mapping[str, str] | None = None

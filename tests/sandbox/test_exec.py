@@ -141,5 +141,16 @@ async def test_sandbox_ids_differ_across_forked_processes() -> None:
     assert backend._new_id() not in ids
 
 
+async def test_two_backends_of_one_process_never_share_a_sandbox_id() -> None:
+    """Docker names containers by id: a mining backend and a harness backend once clashed (409)."""
+    from envfarm.sandbox import get_backend
+
+    a, b = get_backend("local"), get_backend("local")
+    async with a.open() as sa, b.open() as sb:
+        assert sa.id != sb.id
+    ids = [a._new_id(), b._new_id(), a._new_id()]
+    assert len(set(ids)) == 3, ids
+
+
 def _put_first_id(backend: Backend, queue: Any) -> None:
     queue.put(backend._new_id())
