@@ -81,10 +81,12 @@ def run(
             f"--repo-source {repo_source} is not a folder; pass the folder holding the owner__name(.git) "
             "repositories"
         )
+    rows = load_instances(instances, _ids(instance_ids, ctx.args), split=split)
+    if repo_source is None:
+        repo_source, specs = _mined_sources(rows, specs)
     options = {"run_id": run_id, "report_dir": report_dir, "repo_source": repo_source}
     options |= {"specs": tuple(specs or ()), "max_workers": max_workers, "timeout_s": timeout}
     config = _valid(HarnessConfig, **options, tamper=policy, force_rebuild=force_rebuild)
-    rows = load_instances(instances, _ids(instance_ids, ctx.args), split=split)
     preds = load_predictions(predictions, rows)
     _check_specs([r for r in rows if r.instance_id in preds and not preds[r.instance_id].is_empty], specs)
     with _progress() as bar:
@@ -97,6 +99,18 @@ def run(
         result = asyncio.run(evaluate(rows, preds, config, progress=on_event))
     _print_summary(result)
     _print_disk(result.images)
+
+
+def _mined_sources(rows: list[Instance], specs: list[Path] | None) -> tuple[Path | None, list[Path] | None]:
+    """Rows from ``envfarm tasks mine`` rebuild their repos and specs from PyPI (cached): no --repo-source."""
+    from envfarm.envs.code_repair.factory.sources import rebuilt
+
+    found = rebuilt(rows)
+    if found is None:
+        return None, specs
+    repos, mined_specs = found
+    console.print(f"mined rows: repos and specs rebuilt from their sdists in {repos.parent}", highlight=False)
+    return repos, [*(specs or ()), mined_specs]
 
 
 def _valid(model: type[M], **fields: object) -> M:

@@ -43,6 +43,7 @@ from envfarm.sandbox.pool import SandboxPool
 
 from ..core import AgentEnv, Outcome, tool
 from . import builtin, tools
+from .factory.sources import rebuilt
 from .tools import BashArgs, CreateArgs, NoArgs, RunTestsArgs, SearchArgs, StrReplaceArgs, ViewArgs
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,8 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
         else:
             instances = tuple(load_instances(tasks))
             self.repo_source = Path(repo_source) if repo_source else None
+            if self.repo_source is None and (found := rebuilt(instances)) is not None:
+                self.repo_source, specs = found[0], (*specs, found[1])  # rows from `envfarm tasks mine`
         if instance_ids:
             instances = tuple(select(instances, instance_ids, str(tasks or "the built-in tasks")))
         if not instances:

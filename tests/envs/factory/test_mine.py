@@ -160,3 +160,43 @@ async def test_a_known_mutant_gives_the_expected_test_lists(mined: tuple[Path, P
         assert set(again.statuses.values()) == {"PASSED"} and len(again.statuses) == 4
     finally:
         await backend.aclose()
+
+
+def test_mined_rows_rebuild_their_own_repos(mined: tuple[Path, Path], tmp_path: Path) -> None:
+    """No --repo-source/--specs: the rows' envfarm_source rebuilds repos + specs once, then they are found."""
+    import shutil
+
+    from envfarm import config
+    from envfarm.envs.code_repair.factory.sources import rebuilt
+    from envfarm.harness import load_instances
+
+    root, out = mined
+    instances = load_instances(out)
+    sdists, cache = tmp_path / "sdists", config.home() / "sdists"
+    sdists.mkdir()
+    cache.mkdir(exist_ok=True)
+    for sdist in (root / "index").glob("envfarm_tinycalc-*"):
+        shutil.copy(sdist, sdists)  # the rebuild's download cache: offline
+        shutil.copy(sdist, cache)  # the same for the CLI and the env below
+    found = rebuilt(instances, root=tmp_path / "mined", sdists=sdists)
+    assert found is not None
+    repos, specs = found
+    assert sorted(p.name for p in repos.iterdir()) == ["pypi__envfarm-tinycalc"] and any(specs.iterdir())
+    done = repos.parent / ".done"
+    stamp = done.stat().st_mtime_ns
+    assert rebuilt(instances, root=tmp_path / "mined", sdists=sdists) == found
+    assert done.stat().st_mtime_ns == stamp  # the second use finds them
+    assert rebuilt((), root=tmp_path) is None  # no mined rows: nothing to rebuild
+
+    res = CliRunner().invoke(app, ["harness", "run", "--instances", str(out), "--predictions", "gold",
+                                   "--run-id", "auto", "--report-dir", str(tmp_path / "reports")])
+    assert res.exit_code == 0, res.output
+    assert "resolved 4/4" in res.output
+    env = gymnasium.make("envfarm/CodeRepair-v0", tasks=str(out), backend="docker")
+    try:
+        env.reset(seed=0)
+        for action in env.unwrapped.oracle():  # type: ignore[attr-defined]
+            _, reward, done, _, info = env.step(action)
+        assert done and reward == 1.0 and info["resolved"]
+    finally:
+        env.close()
