@@ -42,17 +42,20 @@ def make_env(env_id: str, backend: str, pool: SandboxPool | None,
              env_kwargs: Mapping[str, Any]) -> AgentEnv[Any]:
     """One env instance that leases from ``pool`` (and never closes it). Arguments the env does not take are a
     ConfigError. With ``pool=None`` nothing starts until ``areset``: the farm makes one that way to check
-    the arguments before it starts anything."""
+    the arguments before it starts anything.
+
+    The env class is called directly, not through ``gymnasium.make``: the farm steps the bare env, so make's
+    wrappers would be bypassed anyway (its TimeLimit would swallow ``max_episode_steps``, which the env
+    takes itself), and make deep-copies its spec, pool and event loop objects included."""
+    cls, spec = env_class(env_id), gymnasium.spec(env_id)
+    kwargs = {**spec.kwargs, **env_kwargs}
+    if spec.max_episode_steps is not None:
+        kwargs.setdefault("max_episode_steps", spec.max_episode_steps)
     try:
-        made = gymnasium.make(env_id, backend=backend, pool=pool, **dict(env_kwargs))
-    except TypeError as e:  # gymnasium appends "was raised from the environment creator ... with kwargs ..."
-        why = str(e).split(" was raised from the environment creator")[0]
-        raise ConfigError(f"{env_id} does not take the env arguments {dict(env_kwargs)!r}: {why}; fix "
+        return cls(backend=backend, pool=pool, **kwargs)
+    except TypeError as e:
+        raise ConfigError(f"{env_id} does not take the env arguments {dict(env_kwargs)!r}: {e}; fix "
                           "--env-kwargs") from e
-    env = made.unwrapped
-    if not isinstance(env, AgentEnv):
-        raise ConfigError(f"{env_id} made a {type(env).__name__}, not an envfarm AgentEnv")
-    return env
 
 
 __all__ = ["env_class", "env_defaults", "make_env"]

@@ -101,6 +101,14 @@ async def test_random_and_callable_policies(tmp_path: Path) -> None:
 
 
 @pytest.mark.bwrap
+async def test_max_episode_steps_in_env_kwargs_truncates(tmp_path: Path) -> None:
+    """gymnasium.make takes max_episode_steps itself (TimeLimit); the farm steps the unwrapped env."""
+    chatty = CallablePolicy(lambda messages, tools: "no tool call")
+    trajs = await collect(Farm(config(2, 2, env_kwargs={"max_episode_steps": 2}), chatty))
+    assert [len(t.turns) for t in trajs] == [2, 2] and all(t.turns[-1].truncated for t in trajs)
+
+
+@pytest.mark.bwrap
 async def test_resume_runs_each_episode_once(tmp_path: Path) -> None:
     out, run = tmp_path / "out.jsonl", tmp_path / "run"
 
