@@ -18,7 +18,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,8 @@ class Update:
     samples: int | None = None
     tokens: int | None = None
     version: int | None = None
+    extra: Mapping[str, float] = field(default_factory=dict)
+    """Numeric keys beyond the agreed ones (the trainer adds e.g. grad_norm, held_out_match)."""
 
 
 @dataclass(frozen=True)
@@ -67,8 +69,25 @@ def _record(data: Mapping[str, Any]) -> Update | Publish | Eval | None:
     cls = KINDS.get(str(data.get("kind")))
     if cls is None:
         return None
-    names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in data.items() if k in names})
+    names = {f.name for f in fields(cls)} - {"extra"}
+    known = {k: v for k, v in data.items() if k in names}
+    if cls is Update:
+        extra = {k: v for k, v in data.items() if k not in names and k != "kind"
+                 and isinstance(v, int | float) and not isinstance(v, bool)}
+        return Update(**known, extra=extra)
+    return cls(**known)
+
+
+def _thin(updates: list[Update]) -> list[Update]:
+    """At most about MAX_POINTS updates, evenly spaced, plus the last one and every update carrying an extra
+    key that most updates lack (a held-out check every 25 steps must not be thinned away)."""
+    step = max(1, -(-len(updates) // MAX_POINTS))
+    if step == 1:
+        return list(updates)
+    counts = Counter(k for u in updates for k in u.extra)
+    sparse = {k for k, n in counts.items() if n * 2 < len(updates)}
+    return [u for i, u in enumerate(updates)
+            if i % step == 0 or i == len(updates) - 1 or (sparse and sparse & u.extra.keys())]
 
 
 class TrainerRun:
@@ -120,10 +139,7 @@ class TrainerRun:
         """The training view's JSON: update curves (at most MAX_POINTS), publishes, evals, summary."""
         self.refresh()
         with self._lock:
-            step = max(1, -(-len(self.updates) // MAX_POINTS))
-            shown = self.updates[::step]
-            if self.updates and shown[-1] is not self.updates[-1]:
-                shown.append(self.updates[-1])
+            shown = _thin(self.updates)
             last = self.updates[-1] if self.updates else None
             return {
                 "kind": "trainer", "path": str(self.path),

@@ -132,9 +132,12 @@ def test_trainer_run_tolerates_missing_fields_unknown_kinds_and_bad_lines(tmp_pa
 
 
 def test_trainer_run_downsamples_long_runs(tmp_path: Path) -> None:
-    recs = [{"kind": "update", "time": float(i), "step": i, "loss": 1.0 / (i + 1)} for i in range(5000)]
+    recs = [{"kind": "update", "time": float(i), "step": i, "loss": 1.0 / (i + 1), "grad_norm": 1.0,
+             **({"held_out_match": i / 5000} if i % 25 == 0 else {})} for i in range(5000)]
     view = TrainerRun(write_trainer_run(tmp_path / "t", recs)).view()
-    assert view["n_updates"] == 5000 and len(view["updates"]) <= 501 and view["updates"][-1]["step"] == 4999
+    assert view["n_updates"] == 5000 and len(view["updates"]) <= 501 + 200
+    assert view["updates"][-1]["step"] == 4999
+    assert sum("held_out_match" in u["extra"] for u in view["updates"]) == 200, "sparse keys are all kept"
 
 
 def test_harness_run_reads_the_harness_reports(runs: Path) -> None:
@@ -237,6 +240,7 @@ def test_the_trainers_own_metrics_writer(tmp_path: Path) -> None:
     m.close()
     view = TrainerRun(tmp_path / "t").view()
     assert [u["phase"] for u in view["updates"]] == ["sft", "rl"] and view["last"]["version"] == 1
+    assert view["updates"][0]["extra"] == {"grad_norm": 1.5} and view["updates"][1]["extra"] == {}
     assert view["publishes"][0]["bytes"] == 1000 and view["evals"][0]["mean_reward"] == 0.25
     assert view["unknown_kinds"] == [] and view["bad_lines"] == 0 and view["summary"] is None
 

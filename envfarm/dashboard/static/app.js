@@ -109,7 +109,7 @@ async function overview(main) {
 
 function renderTrainer(main, src, d) {
   const u = d.updates || [], last = d.last || {};
-  const pts = (key, phase) => u.filter((x) => !phase || x.phase === phase).map((x) => [x.step, x[key]]);
+  const pts = (key, phase) => u.filter((x) => !phase || x.phase === phase).map((x) => [x.step, x[key] ?? (x.extra || {})[key] ?? null]);
   const phases = [...new Set(u.map((x) => x.phase).filter(Boolean))];
   const byPhase = (key) => (phases.length ? phases : [null]).map((p) => ({name: p || key, points: pts(key, p), color: PHASE_COLORS[p]}));
   const pubs = d.publishes || [], t0 = Math.min(...pubs.map((p) => p.time ?? Infinity), ...u.map((x) => x.time ?? Infinity));
@@ -136,6 +136,7 @@ function renderTrainer(main, src, d) {
       lineChart({title: "reward (batch mean)", series: byPhase("reward_mean"), xLabel: "step", empty: "no rewards yet (SFT has none)"}),
       lineChart({title: "KL / clip fraction", series: [{name: "kl", points: pts("kl")}, {name: "clip_frac", points: pts("clip_frac")}], xLabel: "step", legend: true, empty: "no KL or clipping recorded"}),
       lineChart({title: "learning rate", series: byPhase("lr"), xLabel: "step", legend: phases.length > 1}),
+      extraKeys(u).map((k) => lineChart({title: k, series: byPhase(k), xLabel: "step", legend: phases.length > 1})),
       lineChart({title: "weight versions published", series: [{name: "version", points: pubs.filter((p) => p.time).map((p) => [(p.time - t0) / 60, p.version]), color: "#7c3aed"}],
         xLabel: "min", yMin: 0, empty: "no weights published yet"}),
       barChart({title: `eval: before vs after RL${s.eval_episodes ? ` (${s.eval_episodes} episodes)` : ""}`,
@@ -154,6 +155,13 @@ function renderTrainer(main, src, d) {
     d.summary ? h("details", {}, h("summary", {}, "summary.json"), h("pre", {class: "small"}, JSON.stringify(d.summary, null, 2))) : null,
     d.unknown_kinds.length || d.bad_lines ? h("p", {class: "muted small"}, `ignored: ${d.unknown_kinds.join(", ")} ${d.bad_lines ? `${d.bad_lines} unreadable lines` : ""}`) : null,
   );
+}
+
+// Extra numeric keys of the update records (at most four charts), in order of first appearance.
+function extraKeys(updates) {
+  const keys = [];
+  for (const x of updates) for (const k of Object.keys(x.extra || {})) if (!keys.includes(k)) keys.push(k);
+  return keys.slice(0, 4);
 }
 
 // The trainer's farm runs (DIR/runs/<phase>: demos, evaluations, RL rollouts), linked.

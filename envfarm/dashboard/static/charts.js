@@ -63,7 +63,7 @@ function niceTicks(lo, hi, n) {
 }
 
 // lineChart({title, series: [{name, points: [[x, y], ...], color}], xLabel, yMin, yMax, height})
-// -> a <figure> with an SVG line chart; y values of null leave gaps.
+// -> a <figure> with an SVG line chart; points whose y is null are skipped (the line joins its neighbours).
 function lineChart(opts) {
   const W = 440, H = opts.height || 180, L = 46, R = 10, T = 10, B = 28;
   const series = (opts.series || []).filter((s) => (s.points || []).some((p) => p[1] !== null && p[1] !== undefined));
@@ -97,16 +97,11 @@ function lineChart(opts) {
   if (opts.xLabel) root.append(svg("text", {x: W - R, y: H - 0.5, class: "tick", "text-anchor": "end"}, opts.xLabel));
   series.forEach((s, i) => {
     const color = s.color || PALETTE[i % PALETTE.length];
-    let d = "", pen = false;
-    for (const [x, y] of s.points) {
-      if (y === null || y === undefined) { pen = false; continue; }
-      d += `${pen ? "L" : "M"}${sx(x).toFixed(1)},${sy(y).toFixed(1)}`;
-      pen = true;
-    }
+    const known = s.points.filter((p) => p[1] !== null && p[1] !== undefined);  // missing values are skipped
+    const d = known.map(([x, y], j) => `${j ? "L" : "M"}${sx(x).toFixed(1)},${sy(y).toFixed(1)}`).join("");
     root.append(svg("path", {d, class: "line", stroke: color}));
-    if (s.points.length <= 40 || s.dots) {
-      for (const [x, y] of s.points) {
-        if (y === null || y === undefined) continue;
+    if (known.length <= 40 || s.dots) {
+      for (const [x, y] of known) {
         root.append(svg("circle", {cx: sx(x), cy: sy(y), r: 2.4, fill: color},
           svg("title", {}, `${s.name}: ${fmtNum(y)} at ${fmtNum(x)}`)));
       }
