@@ -8,8 +8,8 @@ learner's :class:`Inbox`), the inbox and this loop; the learner's compute runs i
 farm keeps sampling with the current weights while an update is computed (asynchronous RL, at most
 ``max_staleness`` versions behind). Each update:
 
-1. takes complete GRPO groups from the inbox until ``prompts_per_update`` of them are informative (rewards
-   not all equal; the others are counted and skipped: they carry no gradient);
+1. takes ``prompts_per_update`` complete GRPO groups from the inbox (with ``group_window`` > 1, more until
+   that many are informative, DAPO-style; groups whose rewards are all equal carry no gradient);
 2. turns them into samples (behaviour logprobs, group advantages; broken episodes, stale turns dropped);
 3. runs one PPO-clipped optimizer step (worker thread), bumps the weight version and POSTs the weights to
    the server (version, bytes, seconds go to metrics.jsonl);
@@ -46,8 +46,8 @@ from .weights import publish
 log = logging.getLogger(__name__)
 
 RL_RUN = "runs/rl"
-GROUP_WINDOW = 4
-"""An update waits for at most this many times ``prompts_per_update`` groups."""
+RL_EPISODES = 200_000
+"""Episodes of the asynchronous RL farm run: more than any run uses (it is stopped when RL ends)."""
 INGEST_STORE = "ingest.jsonl"
 
 
@@ -137,7 +137,7 @@ class RLPhase:
     def _farm(self, learner_url: str, episodes: int | None = None, seed: int | None = None,
               run: str = RL_RUN, max_staleness: int | str | None = "config") -> Farm:
         c = self.config
-        episodes = episodes or max(c.rl_updates, 1) * c.prompts_per_update * c.group_size * 4
+        episodes = episodes or RL_EPISODES  # fixed: --rl-updates/--minutes may change on --resume
         staleness = c.max_staleness if max_staleness == "config" else max_staleness
         config = FarmConfig(env_id=c.env_id, episodes=episodes, concurrency=c.concurrency, backend=c.backend,
                             seed=c.rl_seed if seed is None else seed, attempts=c.group_size,
@@ -149,11 +149,11 @@ class RLPhase:
                     sinks=[HTTPSink(learner_url, max_backlog=4 * c.prompts_per_update * c.group_size)])
 
     async def _collect(self, farm_task: asyncio.Task[None]) -> list[list[Trajectory]]:
-        """Complete groups until ``prompts_per_update`` informative ones, or ``GROUP_WINDOW`` times as many
+        """Complete groups until ``prompts_per_update`` informative ones, or ``group_window`` times as many
         groups in all (a policy that always fails, or always succeeds, gives no signal), or the farm ends."""
         taken: list[list[Trajectory]] = []
         informative = 0
-        limit = GROUP_WINDOW * self.config.prompts_per_update
+        limit = max(1, round(self.config.group_window * self.config.prompts_per_update))
         while informative < self.config.prompts_per_update and len(taken) < limit:
             take = asyncio.ensure_future(self.inbox.take(1))
             await asyncio.wait([take, farm_task], return_when=asyncio.FIRST_COMPLETED)

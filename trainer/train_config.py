@@ -58,7 +58,11 @@ class TrainConfig:
     group_size: int = 8
     """Attempts per task: the GRPO group."""
     prompts_per_update: int = 16
-    """Informative groups (rewards not all equal) per update."""
+    """GRPO groups (tasks) per update."""
+    group_window: float = 1.0
+    """Above 1: an update takes up to this many times ``prompts_per_update`` groups, until that many are
+    informative (rewards not all equal; DAPO's dynamic sampling). 1: plain GRPO batches. When sampling is
+    the bottleneck and successes are rare, frequent small updates learn faster per second."""
     lr: float = 3e-4
     kl_coef: float = 0.0
     """Weight of the k3 KL to the SFT policy (0: none, no reference kept)."""

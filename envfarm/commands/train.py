@@ -41,7 +41,7 @@ def train(
     rl_updates: Annotated[int | None, typer.Option(min=0, help="RL updates (weight versions).")] = None,
     minutes: Annotated[float | None, typer.Option(help="Wall-clock budget of the RL phase.")] = None,
     group_size: Annotated[int | None, typer.Option(min=2, help="Attempts per task (GRPO group).")] = None,
-    prompts_per_update: Annotated[int | None, typer.Option(min=1, help="Informative groups/update.")] = None,
+    prompts_per_update: Annotated[int | None, typer.Option(min=1, help="GRPO groups per update.")] = None,
     lr: Annotated[float | None, typer.Option(help="RL learning rate.")] = None,
     kl_coef: Annotated[float | None, typer.Option(min=0, help="k3 KL to the SFT policy (0: off).")] = None,
     max_staleness: Annotated[int | None, typer.Option(min=0, help="Max weight versions behind.")] = None,
