@@ -88,8 +88,8 @@ def find_runs(path: Path) -> list[Source]:
         return own
     for child in _subdirs(path):
         own += _runs_here(child, deep=False)
-    if any(s.kind == "trainer" for s in own):  # the trainer keeps its farm runs in DIR/runs/<phase>
-        own += [Source("farm", c, label=f"{path.name} · {c.name}") for c in _subdirs(path / "runs")
+    for trainer in [s.path for s in own if s.kind == "trainer"]:  # its farm runs: DIR/runs/<phase>
+        own += [Source("farm", c, label=f"{trainer.name} · {c.name}") for c in _subdirs(trainer / "runs")
                 if (c / RUN_JSON).is_file()]
     return _unique(own)
 

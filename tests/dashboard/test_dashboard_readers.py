@@ -224,6 +224,7 @@ def test_a_trainer_folders_farm_runs_are_listed(runs: Path, tmp_path: Path) -> N
     shutil.copytree(runs / "toolcalc", folder / "runs" / "rl")
     kinds = sorted((s.kind, s.name) for s in discover([folder]))
     assert kinds == [("farm", "train · rl"), ("trainer", "train")]
+    assert sorted((s.kind, s.name) for s in discover([tmp_path])) == kinds, "also from the folder above"
 
 
 def test_the_trainers_own_metrics_writer(tmp_path: Path) -> None:
