@@ -156,10 +156,14 @@ async def test_a_refused_run_folder_keeps_its_files(tmp_path: Path) -> None:
 
 @pytest.mark.bwrap
 async def test_slow_learner_applies_backpressure(tmp_path: Path) -> None:
-    async def slow_ingest(record: dict[str, Any]) -> None:
-        await asyncio.sleep(0.05)
+    """A learner that takes nothing until the farm pauses: the farm must pause (however slow the machine),
+    with the backlog within its bound, then deliver everything once the learner catches up."""
+    caught_up = asyncio.Event()
 
-    receiver = Receiver(on_accept=slow_ingest)
+    async def stuck_ingest(record: dict[str, Any]) -> None:
+        await caught_up.wait()
+
+    receiver = Receiver(on_accept=stuck_ingest)
     url = await receiver.start()
     sink = HTTPSink(url, max_backlog=3)
     farm = Farm(config(16, 4), make_policy("oracle"), run_dir=tmp_path / "run", sinks=[sink])
@@ -170,11 +174,14 @@ async def test_slow_learner_applies_backpressure(tmp_path: Path) -> None:
             if farm.deliveries:
                 backlog.append(farm.deliveries[0].backlog)
             paused.append(farm.live.paused or "")
+            if paused[-1].startswith("waiting for sink learner"):
+                caught_up.set()
             await asyncio.sleep(0.005)
 
     watcher = asyncio.create_task(watch())
     try:
-        await collect(farm)
+        async with asyncio.timeout(300):  # a farm that never pauses would wait for the learner forever
+            await collect(farm)
     finally:
         watcher.cancel()
         await asyncio.wait([watcher])
