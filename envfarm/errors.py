@@ -21,19 +21,19 @@
     │   └── PatchApplyError                   a patch applies with none of SWE-bench's fallback commands
     ├── TaskFactoryError                      `envfarm tasks mine`: a bad --package, no sdist, no tests
     │   └── PackageNotFound (LookupError)     no such package/version (or no sdist of it) on the index
-    └── RolloutError                          the rollout farm (envfarm/rollout)
-        ├── PolicyError                       one policy call failed (a 400, an unusable reply): that episode
-        │                                     is recorded with `error`, the run goes on
-        ├── PolicyUnavailable (ConnectionError)  the policy server is down, refuses us or stays overloaded
-        │                                     past the retry budget: the run stops, exit non-zero
-        ├── LearnerUnavailable (ConnectionError) the learner took no delivery for too long; the spool keeps
-        │                                     everything -> fix the learner, then `--resume RUN`
-        └── ClusterUnavailable (ConnectionError) `--ray`: ray not installed, no cluster at the address, no
-                                              node fits, or every farm worker was lost -> `make setup`,
-                                              `ray start`, then `--resume RUN`
-    TrainerError                              the learner (`envfarm train`): batching, updates, the loop
-    ├── CheckpointError                       a checkpoint that is missing, damaged or for another model
-    └── WeightsError                          published weights that are no safetensors file or do not fit
+    ├── RolloutError                          the rollout farm (envfarm/rollout)
+    │   ├── PolicyError                       one policy call failed (a 400, an unusable reply): that episode
+    │   │                                     is recorded with `error`, the run goes on
+    │   ├── PolicyUnavailable (ConnectionError)  the policy server is down, refuses us or stays overloaded
+    │   │                                     past the retry budget: the run stops, exit non-zero
+    │   ├── LearnerUnavailable (ConnectionError) the learner took no delivery for too long; the spool keeps
+    │   │                                     everything -> fix the learner, then `--resume RUN`
+    │   └── ClusterUnavailable (ConnectionError) `--ray`: ray not installed, no cluster at the address, no
+    │                                         node fits, or every farm worker was lost -> `make setup`,
+    │                                         `ray start`, then `--resume RUN`
+    └── TrainerError                          the learner (`envfarm train`): batching, updates, the loop
+        ├── CheckpointError                   a checkpoint that is missing, damaged or for another model
+        └── WeightsError                      published weights that are no safetensors file or do not fit
                                               the served model (`envfarm serve` answers 400)
 
 Messages name the object, show the tail of stderr where there is one, and say how to fix it.
