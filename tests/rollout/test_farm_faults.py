@@ -79,6 +79,12 @@ def bwrap_children() -> list[int]:
     return out
 
 
+def leased_pids(farm: Farm) -> list[int]:
+    """Host pids of the bwrap sandboxes the farm's pool has leased to episodes right now."""
+    pool = farm._pool
+    return [sb._handle.pid for sb in list(pool._leased.values()) if sb.alive] if pool is not None else []
+
+
 async def test_killed_sandboxes_are_retried_once_then_recorded(tmp_path: Path) -> None:
     policy = KillingOracle({0: 1, 1: 1, 2: 2})
     trajs = {t.seed: t async for t in Farm(config(8, 4), policy, run_dir=tmp_path / "run").run()}
@@ -124,7 +130,7 @@ async def test_sandboxes_killed_at_random_never_give_a_silent_zero(tmp_path: Pat
             await asyncio.sleep(0.01)
         while True:
             await asyncio.sleep(0.15)
-            for pid in bwrap_children()[:2]:
+            for pid in leased_pids(farm)[:2]:  # in an episode (an idle pool sandbox would prove nothing)
                 os.kill(pid, signal.SIGKILL)
                 killed += 1
 
