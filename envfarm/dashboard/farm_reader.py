@@ -25,7 +25,7 @@ from envfarm.rollout.trajectory import Trajectory
 
 from .episode_view import episode_detail
 from .series import time_series
-from .tail import JsonlTail, read_json
+from .tail import JsonlTail, Throttle, read_json
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class FarmRun:
         self.live: dict[str, Any] | None = None
         self.summary: dict[str, Any] | None = None
         self._lock = threading.Lock()
-        self._refreshed = 0.0
+        self._throttle = Throttle(REFRESH_S)
         self._by_finish: list[EpisodeRow] | None = None
         self._by_index: list[EpisodeRow] | None = None
         self._series: tuple[tuple[Any, ...], dict[str, Any], list[str]] | None = None
@@ -121,9 +121,8 @@ class FarmRun:
     def refresh(self, force: bool = False) -> None:
         """Read what changed on disk (at most every REFRESH_S unless ``force``)."""
         with self._lock:
-            if not force and time.monotonic() - self._refreshed < REFRESH_S:
+            if not self._throttle.due(force):
                 return
-            self._refreshed = time.monotonic()
             if not self.spec:
                 try:
                     self.spec = asdict(read_spec(self.path))

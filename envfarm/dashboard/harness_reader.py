@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from envfarm.harness.report import REPORT, safe_model
 from envfarm.harness.tamper import RULES
 
 from .sources import Source
-from .tail import read_json
+from .tail import Throttle, read_json
 
 log = logging.getLogger(__name__)
 
@@ -70,13 +69,12 @@ class HarnessRun:
         self.loaded: dict[str, Loaded | None] = {}
         self.summary: dict[str, Any] | None = None
         self._lock = threading.Lock()
-        self._refreshed = 0.0
+        self._throttle = Throttle(REFRESH_S)
 
     def refresh(self, force: bool = False) -> None:
         with self._lock:
-            if not force and time.monotonic() - self._refreshed < REFRESH_S:
+            if not self._throttle.due(force):
                 return
-            self._refreshed = time.monotonic()
             seen: dict[str, Loaded | None] = {}
             for folder in sorted(p for p in _dirs(self.root)):
                 seen[folder.name] = self._load(folder, self.loaded.get(folder.name))

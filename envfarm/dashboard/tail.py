@@ -3,12 +3,30 @@
 from __future__ import annotations
 
 import json
+import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 CHUNK = 64 << 20
 """At most this many bytes per read; the rest comes on the next call."""
+
+
+@dataclass
+class Throttle:
+    """A reader's refresh rate: :meth:`due` is true at most once every ``every_s`` seconds, unless forced.
+    Call it under the reader's own lock."""
+
+    every_s: float
+    _last: float = -math.inf
+
+    def due(self, force: bool = False) -> bool:
+        now = time.monotonic()
+        if not force and now - self._last < self.every_s:
+            return False
+        self._last = now
+        return True
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .tail import JsonlTail, read_json
+from .tail import JsonlTail, Throttle, read_json
 
 REFRESH_S = 0.5
 MAX_POINTS = 500
@@ -103,13 +102,12 @@ class TrainerRun:
         self.bad_lines = 0
         self.summary: dict[str, Any] | None = None
         self._lock = threading.Lock()
-        self._refreshed = 0.0
+        self._throttle = Throttle(REFRESH_S)
 
     def refresh(self, force: bool = False) -> None:
         with self._lock:
-            if not force and time.monotonic() - self._refreshed < REFRESH_S:
+            if not self._throttle.due(force):
                 return
-            self._refreshed = time.monotonic()
             reset, lines = self.metrics.read_new()
             if reset:
                 self.updates, self.publishes, self.evals = [], [], []
