@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers  # make setup installs the hf extra: a missing one fails here, not a silent skip
 
 from envfarm.trainer.generate import generate
 from envfarm.trainer.policy import load_policy, save_policy
 from envfarm.trainer.server import PolicyServer
 
-transformers = pytest.importorskip("transformers")
 torch.set_num_threads(2)
 
 CHATML = ("{% for m in messages %}{% if m['role'] == 'bad' %}{{ raise_exception('no bad role') }}{% endif %}"
