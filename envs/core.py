@@ -17,6 +17,9 @@ loop for plain Gymnasium use (a script, ``AsyncVectorEnv``). Rules:
   reward of 0, and the farm records it as an infrastructure error.
 - ``max_episode_steps`` gives ``truncated``; a final tool (``submit``) gives ``terminated`` and the reward.
 - ``oracle()`` returns a reference action sequence that solves the current task.
+- The first observation is the task's prompt followed by the tool list and the call format
+  (``tool_help=True``, for plain-text agents). ``tool_help=False`` leaves the prompt alone: for policies that
+  get the tools through their API (``info["tools"]``, OpenAI's ``tools``), which is also what the farm sends.
 
 A family subclasses AgentEnv and provides ``generate`` (seed → task), ``setup`` (prepare the sandbox),
 tools (async methods decorated with :func:`tool`, arguments as a pydantic model) and ``oracle``.
@@ -157,11 +160,13 @@ class AgentEnv(gymnasium.Env[str, str], Generic[TaskT], metaclass=ABCMeta):
         max_episode_steps: int | None = None,
         pool: SandboxPool | None = None,
         render_mode: str | None = None,
+        tool_help: bool = True,
     ) -> None:
         self.observation_space = AnyText(MAX_OBS_CHARS)
         self.action_space = AnyText(MAX_ACTION_CHARS)
         self.render_mode = render_mode
         self.max_episode_steps = max_episode_steps or self.default_max_steps
+        self.tool_help_in_prompt = tool_help
         self._backend_name = backend
         self._image = image if image is not None else self.default_image
         self._limits = limits or self.default_limits
@@ -213,7 +218,9 @@ class AgentEnv(gymnasium.Env[str, str], Generic[TaskT], metaclass=ABCMeta):
         except BaseException:
             await self._end_episode()
             raise
-        obs = self.prompt(self.task) + "\n\n" + self.tool_help()
+        obs = self.prompt(self.task)
+        if self.tool_help_in_prompt:
+            obs += "\n\n" + self.tool_help()
         self.transcript.append(obs)
         return obs, self._info()
 

@@ -5,10 +5,13 @@ Built-in (byte-level model; every byte costs a forward position, so it is compac
     <|user|>Solve ... Tools: ... {"name": ..., "arguments": {...}} ...<|eot|><|assistant|>
     <tool_call>{"name":"calc","arguments":{"expr":"3*4"}}</tool_call><|eot|><|tool|>12<|eot|><|assistant|>
 
-The envs' first user message already lists the tools and the call format, so the JSON schema of ``tools`` is
-not repeated (``BuiltinTemplate(tool_list=True)`` adds one short line naming them). A conversation renders
-as the concatenation of its turns, so the prompt of turn k+1 starts with the prompt and completion (eos
-included) of turn k. :class:`HFTemplate` uses a Hugging Face tokenizer's own chat template when it has one.
+The JSON schema of ``tools`` is not rendered: ``BuiltinTemplate(tool_list=True)`` (what the built-in policy
+uses) adds one short ``<|system|>Tools: calc(expr) submit(answer)<|eot|>`` line naming them, and the envs
+either list them with the call format in the first user message (``tool_help=True``) or leave that to the
+API (``tool_help=False``, what ``envfarm train`` uses: half the bytes of a ToolCalc prompt). A
+conversation renders as the concatenation of its turns, so the prompt of turn k+1 starts with the prompt and
+completion (eos included) of turn k. :class:`HFTemplate` uses a Hugging Face tokenizer's own chat template
+when it has one.
 """
 
 from __future__ import annotations

@@ -42,9 +42,10 @@ class ModelConfig:
     """Hidden width of the MLP."""
     max_context: int = 4096
     """Longest sequence (prompt + completion) the model handles; RoPE tables are this long. Byte-level
-    ToolCalc prompts are ~650 tokens and a failed turn adds ~290 (the env's error message) plus the
-    completion: 8 turns of 64-token completions need ~3,500. A longer conversation is refused (400), which
-    the farm records as a policy error: keep failures inside the context so RL sees them."""
+    ToolCalc prompts are ~650 tokens with the env's tool help (~300 without) and a failed turn adds ~290
+    (the env's error message) plus the completion: 8 turns of 64-token completions need ~3,500. A longer
+    conversation is refused (400), which the farm records as a policy error: keep failures inside the
+    context so RL sees them."""
     rope_theta: float = 10000.0
     """RoPE base frequency."""
     norm_eps: float = 1e-5

@@ -110,8 +110,8 @@ def builtin_policy(config: ModelConfig, *, device: torch.device, seed: int = 0, 
         module = Transformer(config)
     spec = PolicySpec(kind="builtin", preset=preset, path=path, config=config.to_dict())
     name = f"envfarm-{preset}" if preset else "envfarm"
-    return Policy(module.to(device).eval(), tok, BuiltinTemplate(), spec, device, config.max_context,
-                  name=name)
+    return Policy(module.to(device).eval(), tok, BuiltinTemplate(tool_list=True), spec, device,
+                  config.max_context, name=name)
 
 
 def load_policy(preset: str | None = None, path: str | Path | None = None, device: str | None = None,

@@ -56,6 +56,24 @@ def test_calc_runs_in_the_sandbox_and_wrong_answers_score_zero() -> None:
 
 
 @pytest.mark.bwrap
+def test_tool_help_off_leaves_the_prompt_alone_and_the_tools_in_info() -> None:
+    plain = gymnasium.make("envfarm/ToolCalc-v0", backend="bwrap", tool_help=False)
+    helped = gymnasium.make("envfarm/ToolCalc-v0", backend="bwrap")
+    try:
+        short, info = plain.reset(seed=3)
+        full, _ = helped.reset(seed=3)
+        assert full.startswith(short + "\n\nTools:") and "calc(" not in short
+        assert [t["function"]["name"] for t in info["tools"]] == ["calc", "submit"]
+        _, reward, terminated, _, _ = plain.step(plain.unwrapped.oracle()[0])
+        assert not terminated
+        _, reward, terminated, _, _ = plain.step(plain.unwrapped.oracle()[1])
+        assert terminated and reward == 1.0
+    finally:
+        plain.close()
+        helped.close()
+
+
+@pytest.mark.bwrap
 @pytest.mark.slow
 def test_conformance_suite_passes() -> None:
     report = run_conformance("envfarm/ToolCalc-v0", backend="bwrap", seeds=200)
