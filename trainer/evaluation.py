@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +43,8 @@ class EvalSettings:
     max_tokens: int = 96
     concurrency: int = 64
     step_slots: int | None = 2
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Arguments of the env (the training run's)."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,7 @@ async def evaluate_served(url: str, settings: EvalSettings, run_dir: Path) -> Ev
     t0 = time.monotonic()
     config = FarmConfig(env_id=settings.env_id, episodes=settings.episodes, concurrency=settings.concurrency,
                         backend=settings.backend, seed=settings.seed, attempts=1,
-                        step_slots=settings.step_slots)
+                        step_slots=settings.step_slots, env_kwargs=dict(settings.env_kwargs))
     policy = OpenAIPolicy(url, temperature=settings.temperature, max_tokens=settings.max_tokens,
                           max_connections=settings.concurrency, logprobs=False)
     resume = await asyncio.to_thread((Path(run_dir) / "run.json").exists)

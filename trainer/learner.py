@@ -25,7 +25,7 @@ import torch
 from envfarm.errors import ConfigError, TrainerError
 
 from .distributed import DistContext
-from .loss import LossParts, ppo_loss, sft_loss, token_logprobs
+from .loss import LossParts, ppo_loss, sequence_weights, sft_loss, token_logprobs
 from .samples import Batch, TokenSample, micro_batches
 
 Kind = Literal["rl", "sft"]
@@ -49,12 +49,17 @@ class LearnerConfig:
     """PPO: the ratio is clipped above at 1 + this (positive advantages)."""
     kl_coef: float = 0.0
     """Weight of the k3 KL to the frozen reference (0: no reference is kept)."""
+    loss_agg: Literal["token", "sequence"] = "token"
+    """RL loss aggregation: the mean over all completion tokens of the update, or the mean over sequences
+    of each sequence's token mean (every episode weighs the same; see loss.py). SFT is always per token."""
     micro_batch_tokens: int = 8192
     """Padded tokens (rows x longest row) per micro-batch: the gradient-accumulation unit."""
     bf16: bool = True
     """bf16 autocast for the forward pass on CUDA (ignored on CPU)."""
 
     def __post_init__(self) -> None:
+        if self.loss_agg not in ("token", "sequence"):
+            raise ConfigError(f"loss_agg must be 'token' or 'sequence', got {self.loss_agg!r}")
         if self.lr <= 0 or self.micro_batch_tokens < 1 or self.kl_coef < 0 or self.grad_clip < 0:
             raise ConfigError(f"LearnerConfig needs lr > 0, micro_batch_tokens >= 1, kl_coef >= 0, grad_clip "
                               f">= 0; got {self.lr}, {self.micro_batch_tokens}, {self.kl_coef}, "
@@ -123,9 +128,11 @@ class Learner:
         t0 = time.perf_counter()
         if not samples:
             raise TrainerError(f"a {kind} update got no samples")
-        denom = sum(s.targets for s in samples)
-        if denom == 0:
+        tokens = sum(s.targets for s in samples)
+        if tokens == 0:
             raise TrainerError(f"a {kind} update got {len(samples)} samples without completion tokens")
+        per_sequence = kind == "rl" and self.config.loss_agg == "sequence"
+        denom = len(samples) if per_sequence else tokens
         lr = self.lr_at(self.step) if lr is None else lr
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -155,8 +162,8 @@ class Learner:
         loss, kl, clipped, ratio, gnorm = values
         rl = kind == "rl"
         return UpdateStats(kind, self.step, loss / denom, kl / denom if rl and self.reference else None,
-                           clipped / denom if rl else None, ratio / denom if rl else None, gnorm, lr,
-                           len(samples), denom, padded, time.perf_counter() - t0)
+                           clipped / tokens if rl else None, ratio / tokens if rl else None, gnorm, lr,
+                           len(samples), tokens, padded, time.perf_counter() - t0)
 
     def _micro(self, batch: Batch, kind: Kind, denom: int) -> LossParts:
         use_bf16 = self.config.bf16 and self.device.type == "cuda"
@@ -169,8 +176,9 @@ class Learner:
                 with torch.no_grad():
                     ref = token_logprobs(self.reference(batch.input_ids), batch.targets)
         c = self.config
+        weights = sequence_weights(batch.mask) if c.loss_agg == "sequence" else None
         return ppo_loss(new, batch.old_logprobs, batch.advantages, batch.mask, denom, c.clip_eps_low,
-                        c.clip_eps_high, ref, c.kl_coef)
+                        c.clip_eps_high, ref, c.kl_coef, weights)
 
     def _ensure_grads(self) -> None:
         """Zero gradients where a rank had nothing to backpropagate: every rank all-reduces the same set."""

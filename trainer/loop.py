@@ -178,7 +178,8 @@ class Training:
         assert self.leader is not None
         self.progress.phase = "demos"
         demo_config = FarmConfig(env_id=c.env_id, episodes=c.sft_demos, concurrency=c.concurrency,
-                                 backend=c.backend, seed=c.demo_seed, step_slots=c.step_slots)
+                                 backend=c.backend, seed=c.demo_seed, step_slots=c.step_slots,
+                                 env_kwargs=dict(c.env_kwargs))
         train, held = split_demos(await collect_demos(demo_config, self.out / "runs" / "demos"),
                                   c.sft_held_out)
         samples = await asyncio.to_thread(sft_samples, train, policy)
@@ -251,7 +252,7 @@ class Training:
         self.progress.phase = f"eval {phase}"
         c = self.config
         settings = EvalSettings(c.env_id, c.eval_episodes, c.eval_seed, c.backend, c.temperature,
-                                c.max_tokens, c.concurrency, c.step_slots)
+                                c.max_tokens, c.concurrency, c.step_slots, c.env_kwargs)
         swapped = phase == "before_rl" and self.rl_state.updates > 0
         if swapped:  # the SFT-only weights, when a resumed run lost this evaluation
             await server.swap(await asyncio.to_thread(_sft_weights, self.ckpt_dir), "sft")
@@ -313,7 +314,8 @@ async def train(config: TrainConfig | None, out: Path, *, resume: bool = False,
 def learner_config(c: TrainConfig) -> LearnerConfig:
     """The learner's optimisation settings of a training run (every rank builds the same)."""
     return LearnerConfig(lr=c.lr, clip_eps_low=c.clip_eps, clip_eps_high=c.clip_eps, kl_coef=c.kl_coef,
-                         micro_batch_tokens=c.micro_batch_tokens, warmup_steps=0)
+                         micro_batch_tokens=c.micro_batch_tokens, warmup_steps=0,
+                         loss_agg=c.loss_agg)  # type: ignore[arg-type]
 
 
 def _join(procs: list[Any], rendezvous: Path) -> None:

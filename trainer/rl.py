@@ -11,8 +11,8 @@ farm keeps sampling with the current weights while an update is computed (asynch
 1. takes ``prompts_per_update`` complete GRPO groups from the inbox (with ``group_window`` > 1, more until
    that many are informative, DAPO-style; groups whose rewards are all equal carry no gradient);
 2. turns them into samples (behaviour logprobs, group advantages; broken episodes, stale turns dropped);
-3. runs one PPO-clipped optimizer step (worker thread), bumps the weight version and POSTs the weights to
-   the server (version, bytes, seconds go to metrics.jsonl);
+3. runs ``ppo_epochs`` PPO-clipped optimizer steps on them (worker thread), bumps the weight version and
+   POSTs the weights to the server (version, bytes, seconds go to metrics.jsonl);
 4. checkpoints (weights, optimizer, version, the inbox cursor) every ``checkpoint_every`` updates.
 """
 
@@ -141,7 +141,8 @@ class RLPhase:
         staleness = c.max_staleness if max_staleness == "config" else max_staleness
         config = FarmConfig(env_id=c.env_id, episodes=episodes, concurrency=c.concurrency, backend=c.backend,
                             seed=c.rl_seed if seed is None else seed, attempts=c.group_size,
-                            step_slots=c.step_slots, max_staleness=staleness)  # type: ignore[arg-type]
+                            step_slots=c.step_slots, max_staleness=staleness,  # type: ignore[arg-type]
+                            env_kwargs=dict(c.env_kwargs))
         policy = OpenAIPolicy(self.server_url, temperature=c.temperature, max_tokens=c.max_tokens,
                               max_connections=c.concurrency, timeout_s=600.0)
         run_dir = self.out / run
@@ -178,7 +179,10 @@ class RLPhase:
         useful = [x for x in samples if x.advantage != 0.0]
         completed = [t.reward for g in groups for t in g if t.status == "completed"]
         reward_mean = sum(completed) / len(completed) if completed else None
-        stats = await asyncio.to_thread(self.step, useful, "rl") if useful else None
+        stats, update_s = None, 0.0
+        for _ in range(c.ppo_epochs if useful else 0):  # the last epoch's statistics are logged
+            stats = await asyncio.to_thread(self.step, useful, "rl")
+            update_s += stats.seconds
         if stats is None:
             self.dropped["skipped_updates"] += 1
             log.warning("update %d: no sample with a non-zero advantage in %d groups; no optimizer step",
@@ -196,7 +200,7 @@ class RLPhase:
                             samples=stats.samples if stats else 0, tokens=stats.tokens if stats else 0,
                             version=s.version, grad_norm=stats.grad_norm if stats else None,
                             ratio_mean=stats.ratio_mean if stats else None, groups=len(groups),
-                            episodes=len(completed), update_s=round(stats.seconds, 3) if stats else 0.0,
+                            episodes=len(completed), update_s=round(update_s, 3),
                             staleness_mean=round(sum(lag) / len(lag), 3) if lag else None,
                             skipped=stats is None)
         self.metrics.publish(version=s.version, bytes=result.bytes, seconds=round(result.seconds, 4))

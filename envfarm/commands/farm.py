@@ -105,6 +105,11 @@ def _option(given: T | None, prior: RunSpec | None, key: str, convert: Any = Non
 def _env_kwargs(text: str | None, prior: RunSpec | None) -> dict[str, Any]:
     if text is None:
         return dict(prior.env_kwargs) if prior is not None else {}
+    return parse_env_kwargs(text)
+
+
+def parse_env_kwargs(text: str) -> dict[str, Any]:
+    """``--env-kwargs`` JSON as a dict; ConfigError with an example otherwise."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as e:
@@ -346,4 +351,4 @@ def report_table(report: EvalReport) -> Table:
     return table
 
 
-__all__ = ["app", "eval_command"]
+__all__ = ["app", "eval_command", "parse_env_kwargs"]

@@ -30,6 +30,9 @@ RESUMABLE = {"rl_updates", "minutes", "device", "threads", "concurrency", "eval_
 
 def train(
     env: Annotated[str | None, typer.Option("--env", help="Registered env id.")] = None,
+    env_kwargs: Annotated[str | None, typer.Option(
+        "--env-kwargs", help='Env arguments as JSON over {"tool_help": false}, e.g. \'{"difficulty": 2}\'.',
+    )] = None,
     preset: Annotated[str | None, typer.Option(help="Built-in model preset [default: tiny-cpu].")] = None,
     checkpoint: Annotated[str | None, typer.Option(help="Start from this policy folder instead.")] = None,
     out: Annotated[Path | None, typer.Option(help="Training folder to create.")] = None,
@@ -43,6 +46,8 @@ def train(
     group_size: Annotated[int | None, typer.Option(min=2, help="Attempts per task (GRPO group).")] = None,
     prompts_per_update: Annotated[int | None, typer.Option(min=1, help="GRPO groups per update.")] = None,
     lr: Annotated[float | None, typer.Option(help="RL learning rate.")] = None,
+    ppo_epochs: Annotated[int | None, typer.Option(min=1, help="Optimizer steps per RL batch.")] = None,
+    loss_agg: Annotated[str | None, typer.Option(help="RL loss: sequence or token.")] = None,
     kl_coef: Annotated[float | None, typer.Option(min=0, help="k3 KL to the SFT policy (0: off).")] = None,
     max_staleness: Annotated[int | None, typer.Option(min=0, help="Max weight versions behind.")] = None,
     temperature: Annotated[float | None, typer.Option(min=0, help="Sampling temperature (RL, eval).")] = None,
@@ -65,10 +70,15 @@ def train(
         "env_id": env, "preset": preset, "checkpoint": checkpoint, "sft_steps": sft_steps,
         "sft_demos": sft_demos, "sft_batch": sft_batch, "sft_lr": sft_lr, "rl_updates": rl_updates,
         "minutes": minutes, "group_size": group_size, "prompts_per_update": prompts_per_update, "lr": lr,
+        "ppo_epochs": ppo_epochs, "loss_agg": loss_agg,
         "kl_coef": kl_coef, "max_staleness": max_staleness, "temperature": temperature,
         "max_tokens": max_tokens, "eval_episodes": eval_episodes, "concurrency": concurrency,
         "backend": backend, "device": device, "threads": threads, "nproc": nproc, "seed": seed}
     given = {k: v for k, v in given.items() if v is not None}
+    if env_kwargs is not None:
+        from envfarm.commands.farm import parse_env_kwargs
+
+        given["env_kwargs"] = {"tool_help": False, **parse_env_kwargs(env_kwargs)}
     if resume is not None:
         if out is not None and out != resume:
             raise ConfigError("give either --out (a new run) or --resume (an existing one), not both")

@@ -6,7 +6,7 @@ import pytest
 import torch
 from learner_support import params, rl_batch, tiny_learner, tiny_policy
 
-from envfarm.errors import TrainerError
+from envfarm.errors import ConfigError, TrainerError
 from envfarm.trainer.learner import Learner, LearnerConfig
 from envfarm.trainer.samples import TokenSample
 
@@ -59,6 +59,35 @@ def test_kl_to_the_reference_is_reported_and_zero_on_the_first_step() -> None:
     assert first.kl == pytest.approx(0.0, abs=1e-7)
     second = learner.update(rl_batch(learner.module, seed=1), "rl")
     assert second.kl is not None and second.kl > 0
+
+
+def test_sequence_aggregation_keeps_a_long_failure_from_eroding_the_call_syntax() -> None:
+    """A failed episode that retried three times (A < 0, the tool-call prefix in every turn) and a solved
+    one-turn episode (A > 0) from the same prompt: per-token aggregation pushes the shared prefix down (three
+    occurrences against one); per-sequence aggregation does not."""
+    from learner_support import own_logprobs
+
+    prefix = tuple(b"<tool_call>")
+    prompt, retry = tuple(b"Q: "), tuple(b"E: ")
+    bad, good = (*prefix, *b"garbage", 257), (*prefix, *b"ok", 257)
+    shifts = {}
+    for agg in ("token", "sequence"):
+        learner = tiny_learner(lr=3e-3, loss_agg=agg)
+        m = learner.module
+        fail = TokenSample.turn(prompt, bad, own_logprobs(m, prompt, bad), advantage=-1.0)
+        for _ in range(2):
+            context = (*fail.ids, *retry)
+            extended = fail.extend(context, bad, own_logprobs(m, context, bad), None)
+            assert extended is not None
+            fail = extended
+        win = TokenSample.turn(prompt, good, own_logprobs(m, prompt, good), advantage=1.0)
+        before = sum(own_logprobs(m, prompt, prefix))
+        for _ in range(3):
+            learner.update([fail, win], "rl")
+        shifts[agg] = sum(own_logprobs(m, prompt, prefix)) - before
+    assert shifts["token"] < 0 < shifts["sequence"], shifts
+    with pytest.raises(ConfigError, match="loss_agg"):
+        LearnerConfig(loss_agg="episode")  # type: ignore[arg-type]
 
 
 def test_bad_input_is_a_trainer_error() -> None:

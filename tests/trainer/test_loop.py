@@ -74,6 +74,9 @@ def test_train_kill_and_resume(tmp_path: Path) -> None:
         assert (out / "checkpoints" / latest / name).exists()
     for run in ("demos", "eval-before_rl", "rl", "eval-after_rl"):
         assert (out / "runs" / run / "run.json").exists()
+    demo = json.loads((out / "runs" / "demos" / "spool.jsonl").read_text().splitlines()[0])
+    assert "Tools:" not in demo["messages"][0]["content"]  # tool_help off: the tools come through the API
+    assert json.loads((out / "config.json").read_text())["env_kwargs"] == {"tool_help": False}
     ids = [json.loads(x)["episode_id"] for x in (out / "ingest.jsonl").read_text().splitlines()]
     assert len(ids) == len(set(ids))  # the farm re-sent after the kill; the inbox stored each episode once
 
@@ -85,3 +88,6 @@ def test_bad_options_exit_2(tmp_path: Path) -> None:
     missing = subprocess.run(_train("--resume", str(tmp_path / "nothing")), env=ENV, capture_output=True,
                              text=True, timeout=60)
     assert missing.returncode == 2 and "not a training folder" in missing.stderr
+    not_object = subprocess.run(_train("--out", str(tmp_path / "y"), "--env-kwargs", "[1]"), env=ENV,
+                                capture_output=True, text=True, timeout=60)
+    assert not_object.returncode == 2 and "--env-kwargs must be a JSON object" in not_object.stderr

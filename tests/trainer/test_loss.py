@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from envfarm.trainer.loss import k3_kl, ppo_loss, sft_loss, token_logprobs
+from envfarm.trainer.loss import k3_kl, ppo_loss, sequence_weights, sft_loss, token_logprobs
 
 torch.manual_seed(0)
 
@@ -70,3 +70,18 @@ def test_sft_loss_is_the_token_mean_nll_over_completion_tokens() -> None:
     flat = torch.nn.functional.cross_entropy(logits.reshape(-1, 11), targets.reshape(-1), reduction="none")
     expected = (flat * mask.reshape(-1)).sum() / mask.sum()
     assert sft_loss(lp, mask, float(mask.sum())).loss.item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+def test_sequence_aggregation_weighs_every_sequence_the_same() -> None:
+    """A 4-token failure and a 1-token success with opposite advantages: per token the failure's push is 4
+    times the success's; per sequence the two sum to zero."""
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 0.0, 0.0]])
+    adv = torch.tensor([-1.0, 1.0])
+    new = torch.zeros(2, 4, requires_grad=True)
+    token = ppo_loss(new, torch.zeros(2, 4), adv, mask, denom=5.0)
+    seq = ppo_loss(new, torch.zeros(2, 4), adv, mask, denom=2.0, weights=sequence_weights(mask))
+    assert token.loss.item() == pytest.approx(3 / 5)  # the failure's 4 tokens outweigh the success's 1
+    assert seq.loss.item() == pytest.approx(0.0)
+    (grad,) = torch.autograd.grad(seq.loss, new)
+    assert grad[0].sum().item() == pytest.approx(0.5) and grad[1, 0].item() == pytest.approx(-0.5)
+    assert torch.equal(sequence_weights(torch.zeros(1, 3)), torch.zeros(1, 3))  # no completion: no weight
