@@ -64,7 +64,7 @@ class RLState:
 
 
 Checkpointer = Callable[[RLState], Any]
-StepFn = Callable[[list[TokenSample], Literal["rl", "sft"]], UpdateStats]
+StepFn = Callable[[list[TokenSample], Literal["rl", "sft"], float], UpdateStats]
 
 
 class RLPhase:
@@ -179,9 +179,10 @@ class RLPhase:
         useful = [x for x in samples if x.advantage != 0.0]
         completed = [t.reward for g in groups for t in g if t.status == "completed"]
         reward_mean = sum(completed) / len(completed) if completed else None
+        lr = c.lr * min(1.0, (s.updates + 1) / c.rl_warmup) if c.rl_warmup else c.lr
         stats, update_s = None, 0.0
         for _ in range(c.ppo_epochs if useful else 0):  # the last epoch's statistics are logged
-            stats = await asyncio.to_thread(self.step, useful, "rl")
+            stats = await asyncio.to_thread(self.step, useful, "rl", lr)
             update_s += stats.seconds
         if stats is None:
             self.dropped["skipped_updates"] += 1
@@ -196,7 +197,7 @@ class RLPhase:
         lag = [s.version - 1 - x.version for x in useful if x.version is not None]
         self.metrics.update(step=s.updates, phase="rl", loss=stats.loss if stats else 0.0,
                             reward_mean=reward_mean, kl=stats.kl if stats else None,
-                            clip_frac=stats.clip_frac if stats else None, lr=self.config.lr,
+                            clip_frac=stats.clip_frac if stats else None, lr=lr,
                             samples=stats.samples if stats else 0, tokens=stats.tokens if stats else 0,
                             version=s.version, grad_norm=stats.grad_norm if stats else None,
                             ratio_mean=stats.ratio_mean if stats else None, groups=len(groups),

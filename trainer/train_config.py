@@ -55,10 +55,11 @@ class TrainConfig:
     sft_held_out: int = 64
     """Demonstrations held out of SFT for the check."""
     # -- RL
-    rl_updates: int = 20
-    """RL optimizer steps (each one a new weight version); ``minutes`` may stop earlier."""
-    minutes: float | None = None
-    """Wall-clock budget of the RL phase (None: no limit)."""
+    rl_updates: int = 100
+    """RL updates (each one a new weight version); ``minutes`` may stop earlier."""
+    minutes: float | None = 8.5
+    """Wall-clock budget of the RL phase (None: no limit). With the defaults the whole run (demos, SFT, two
+    evaluations of 500 episodes, RL) takes ~19 minutes on 2 CPU cores."""
     group_size: int = 8
     """Attempts per task: the GRPO group."""
     prompts_per_update: int = 16
@@ -68,10 +69,14 @@ class TrainConfig:
     informative (rewards not all equal; DAPO's dynamic sampling). 1: plain GRPO batches. When sampling is
     the bottleneck and successes are rare, frequent small updates learn faster per second."""
     lr: float = 3e-4
+    rl_warmup: int = 0
+    """RL updates over which the learning rate ramps linearly up to ``lr`` (0: none). RL starts with fresh
+    AdamW moments, so without it the first updates move every weight by about ``lr``, noise included."""
     ppo_epochs: int = 1
     """Optimizer steps on each update's samples (PPO epochs). Above 1 the later steps are off-policy and the
-    behaviour logprobs' clipped ratio bounds how far they move: more learning per sampled episode when
-    sampling is the bottleneck. One weight version per update either way."""
+    behaviour logprobs' clipped ratio bounds how far they move: more learning per sampled episode, and
+    more drift. On ToolCalc (8 tasks x 8 per update, lr 3e-4) 2 epochs raised the share of episodes with
+    no valid call from 0.32 to 0.59 within 9 updates. One weight version per update either way."""
     loss_agg: str = "sequence"
     """RL loss aggregation: "sequence" (each episode weighs the same) or "token" (DAPO's token mean; in
     multi-turn envs the failed, longer episodes then outweigh the successes on shared tokens)."""
@@ -116,6 +121,7 @@ class TrainConfig:
         bad = [f"{k}={v}" for k, v in positive.items() if v < 1]
         bad += [f"{k}={v}" for k, v in {"sft_steps": self.sft_steps, "rl_updates": self.rl_updates,
                                          "max_staleness": self.max_staleness, "kl_coef": self.kl_coef,
+                                         "rl_warmup": self.rl_warmup,
                                          "temperature": self.temperature}.items() if v < 0]
         if not 0 <= self.sft_target <= 1 or self.sft_check_every < 1 or self.sft_held_out < 0:
             bad.append(f"sft_target={self.sft_target} (0..1), sft_check_every={self.sft_check_every}, "
