@@ -179,10 +179,9 @@ class RLPhase:
         useful = [x for x in samples if x.advantage != 0.0]
         completed = [t.reward for g in groups for t in g if t.status == "completed"]
         reward_mean = sum(completed) / len(completed) if completed else None
-        lr = c.lr * min(1.0, (s.updates + 1) / c.rl_warmup) if c.rl_warmup else c.lr
         stats, update_s = None, 0.0
         for _ in range(c.ppo_epochs if useful else 0):  # the last epoch's statistics are logged
-            stats = await asyncio.to_thread(self.step, useful, "rl", lr)
+            stats = await asyncio.to_thread(self.step, useful, "rl", c.lr)
             update_s += stats.seconds
         if stats is None:
             self.dropped["skipped_updates"] += 1
@@ -192,12 +191,10 @@ class RLPhase:
         s.updates += 1
         result = await publish(self.server_url, self.learner.module, s.version, session=session)
         self.inbox.weight_version = s.version
-        if s.updates % c.checkpoint_every == 0 or self._done():
-            await self._checkpoint()  # before the metrics line: a resumed run never logs an update twice
         lag = [s.version - 1 - x.version for x in useful if x.version is not None]
         self.metrics.update(step=s.updates, phase="rl", loss=stats.loss if stats else 0.0,
                             reward_mean=reward_mean, kl=stats.kl if stats else None,
-                            clip_frac=stats.clip_frac if stats else None, lr=lr,
+                            clip_frac=stats.clip_frac if stats else None, lr=c.lr,
                             samples=stats.samples if stats else 0, tokens=stats.tokens if stats else 0,
                             version=s.version, grad_norm=stats.grad_norm if stats else None,
                             ratio_mean=stats.ratio_mean if stats else None, groups=len(groups),
@@ -205,6 +202,11 @@ class RLPhase:
                             staleness_mean=round(sum(lag) / len(lag), 3) if lag else None,
                             skipped=stats is None)
         self.metrics.publish(version=s.version, bytes=result.bytes, seconds=round(result.seconds, 4))
+        # Checkpoint after both metrics lines: a crash between them and it resumes from the checkpoint before,
+        # whose resume drops this update's lines (Metrics ``keep``) and logs the redone update once; a crash
+        # after it keeps both. Before the lines, a crash could leave the update checkpointed but half logged.
+        if s.updates % c.checkpoint_every == 0 or self._done():
+            await self._checkpoint()
         if self.on_update is not None:
             self.on_update(s, reward_mean)
 

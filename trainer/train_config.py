@@ -69,9 +69,6 @@ class TrainConfig:
     informative (rewards not all equal; DAPO's dynamic sampling). 1: plain GRPO batches. When sampling is
     the bottleneck and successes are rare, frequent small updates learn faster per second."""
     lr: float = 3e-4
-    rl_warmup: int = 0
-    """RL updates over which the learning rate ramps linearly up to ``lr`` (0: none). RL starts with fresh
-    AdamW moments, so without it the first updates move every weight by about ``lr``, noise included."""
     ppo_epochs: int = 1
     """Optimizer steps on each update's samples (PPO epochs). Above 1 the later steps are off-policy and the
     behaviour logprobs' clipped ratio bounds how far they move: more learning per sampled episode, and
@@ -121,7 +118,6 @@ class TrainConfig:
         bad = [f"{k}={v}" for k, v in positive.items() if v < 1]
         bad += [f"{k}={v}" for k, v in {"sft_steps": self.sft_steps, "rl_updates": self.rl_updates,
                                          "max_staleness": self.max_staleness, "kl_coef": self.kl_coef,
-                                         "rl_warmup": self.rl_warmup,
                                          "temperature": self.temperature}.items() if v < 0]
         if not 0 <= self.sft_target <= 1 or self.sft_check_every < 1 or self.sft_held_out < 0:
             bad.append(f"sft_target={self.sft_target} (0..1), sft_check_every={self.sft_check_every}, "

@@ -47,7 +47,6 @@ def train(
     prompts_per_update: Annotated[int | None, typer.Option(min=1, help="GRPO groups per update.")] = None,
     lr: Annotated[float | None, typer.Option(help="RL learning rate.")] = None,
     ppo_epochs: Annotated[int | None, typer.Option(min=1, help="Optimizer steps per RL batch.")] = None,
-    rl_warmup: Annotated[int | None, typer.Option(min=0, help="RL updates of linear lr warm-up.")] = None,
     loss_agg: Annotated[str | None, typer.Option(help="RL loss: sequence or token.")] = None,
     kl_coef: Annotated[float | None, typer.Option(min=0, help="k3 KL to the SFT policy (0: off).")] = None,
     max_staleness: Annotated[int | None, typer.Option(min=0, help="Max weight versions behind.")] = None,
@@ -71,7 +70,7 @@ def train(
         "env_id": env, "preset": preset, "checkpoint": checkpoint, "sft_steps": sft_steps,
         "sft_demos": sft_demos, "sft_batch": sft_batch, "sft_lr": sft_lr, "rl_updates": rl_updates,
         "minutes": minutes, "group_size": group_size, "prompts_per_update": prompts_per_update, "lr": lr,
-        "ppo_epochs": ppo_epochs, "loss_agg": loss_agg, "rl_warmup": rl_warmup,
+        "ppo_epochs": ppo_epochs, "loss_agg": loss_agg,
         "kl_coef": kl_coef, "max_staleness": max_staleness, "temperature": temperature,
         "max_tokens": max_tokens, "eval_episodes": eval_episodes, "concurrency": concurrency,
         "backend": backend, "device": device, "threads": threads, "nproc": nproc, "seed": seed}

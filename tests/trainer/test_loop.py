@@ -16,7 +16,8 @@ import pytest
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
 TINY = ["--sft-steps", "3", "--sft-demos", "12", "--group-size", "2", "--prompts-per-update", "1",
-        "--eval-episodes", "20", "--concurrency", "8", "--max-tokens", "8", "--threads", "1", "--quiet"]
+        "--ppo-epochs", "2", "--eval-episodes", "20", "--concurrency", "8", "--max-tokens", "8",
+        "--threads", "1", "--quiet"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
