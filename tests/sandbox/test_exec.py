@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -62,9 +63,10 @@ async def test_timeout_kills_the_whole_tree(any_backend: Backend) -> None:
 
 async def test_background_processes_die_with_their_command(any_backend: Backend) -> None:
     async with any_backend.open() as sb:
-        res = await sb.exec("(sleep 30; echo late) & echo now", timeout=10)
+        nap = f"sleep 30.{os.getpid()}{random.randrange(10**6):06d}"  # unique: local sees the host
+        res = await sb.exec(f"({nap}; echo late) & echo now", timeout=10)
         assert res.stdout == "now\n" and res.duration < 5
-        assert "sleep 30" not in (await sb.exec(["ps", "-eo", "args"])).stdout
+        assert nap not in (await sb.exec(["ps", "-eo", "args"])).stdout
 
 
 async def test_output_is_capped(any_backend: Backend) -> None:
