@@ -314,8 +314,7 @@ async def train(config: TrainConfig | None, out: Path, *, resume: bool = False,
 def learner_config(c: TrainConfig) -> LearnerConfig:
     """The learner's optimisation settings of a training run (every rank builds the same)."""
     return LearnerConfig(lr=c.lr, clip_eps_low=c.clip_eps, clip_eps_high=c.clip_eps, kl_coef=c.kl_coef,
-                         micro_batch_tokens=c.micro_batch_tokens, warmup_steps=0,
-                         loss_agg=c.loss_agg)  # type: ignore[arg-type]
+                         micro_batch_tokens=c.micro_batch_tokens, warmup_steps=0, loss_agg=c.loss_agg)
 
 
 def _join(procs: list[Any], rendezvous: Path) -> None:

@@ -64,7 +64,7 @@ class RLState:
 
 
 Checkpointer = Callable[[RLState], Any]
-StepFn = Callable[[list[TokenSample], Literal["rl", "sft"], float], UpdateStats]
+StepFn = Callable[[list[TokenSample], Literal["rl", "sft"]], UpdateStats]
 
 
 class RLPhase:
@@ -181,7 +181,7 @@ class RLPhase:
         reward_mean = sum(completed) / len(completed) if completed else None
         stats, update_s = None, 0.0
         for _ in range(c.ppo_epochs if useful else 0):  # the last epoch's statistics are logged
-            stats = await asyncio.to_thread(self.step, useful, "rl", c.lr)
+            stats = await asyncio.to_thread(self.step, useful, "rl")
             update_s += stats.seconds
         if stats is None:
             self.dropped["skipped_updates"] += 1

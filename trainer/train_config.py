@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from envfarm.errors import ConfigError
 
 CONFIG_FILE = "config.json"
 SEED_RANGE = 1_000_000
+ENV_DEFAULTS: dict[str, Any] = {"tool_help": False}
+"""Env arguments of every training run; ``--env-kwargs`` adds to them (see ``TrainConfig.env_kwargs``)."""
 
 
 @dataclass(frozen=True)
@@ -23,7 +25,7 @@ class TrainConfig:
 
     env_id: str = "envfarm/ToolCalc-v0"
     """A registered env id."""
-    env_kwargs: dict[str, Any] = field(default_factory=lambda: {"tool_help": False})
+    env_kwargs: dict[str, Any] = field(default_factory=lambda: dict(ENV_DEFAULTS))
     """Arguments of the env in every farm run (demos, RL, evaluations). ``tool_help`` False: the tools reach
     the model through the API only (the template names them in one line), not also as ~350 bytes of help
     text in every first prompt; a byte-level model trains twice as fast per step on the shorter prompt."""
@@ -74,7 +76,7 @@ class TrainConfig:
     behaviour logprobs' clipped ratio bounds how far they move: more learning per sampled episode, and
     more drift. On ToolCalc (8 tasks x 8 per update, lr 3e-4) 2 epochs raised the share of episodes with
     no valid call from 0.32 to 0.59 within 9 updates. One weight version per update either way."""
-    loss_agg: str = "sequence"
+    loss_agg: Literal["token", "sequence"] = "sequence"
     """RL loss aggregation: "sequence" (each episode weighs the same) or "token" (DAPO's token mean; in
     multi-turn envs the failed, longer episodes then outweigh the successes on shared tokens)."""
     kl_coef: float = 0.0
@@ -166,4 +168,4 @@ class TrainConfig:
             raise ConfigError(f"{path} is damaged ({e}); start a new run with another --out") from e
 
 
-__all__ = ["CONFIG_FILE", "TrainConfig"]
+__all__ = ["CONFIG_FILE", "ENV_DEFAULTS", "TrainConfig"]

@@ -77,8 +77,9 @@ def train(
     given = {k: v for k, v in given.items() if v is not None}
     if env_kwargs is not None:
         from envfarm.commands.farm import parse_env_kwargs
+        from envfarm.trainer.train_config import ENV_DEFAULTS
 
-        given["env_kwargs"] = {"tool_help": False, **parse_env_kwargs(env_kwargs)}
+        given["env_kwargs"] = {**ENV_DEFAULTS, **parse_env_kwargs(env_kwargs)}
     if resume is not None:
         if out is not None and out != resume:
             raise ConfigError("give either --out (a new run) or --resume (an existing one), not both")
