@@ -2,6 +2,7 @@
 
     python bench/sandbox.py                      # docker + bwrap, full sizes (500 docker, 1,000 bwrap live)
     python bench/sandbox.py --quick              # small sizes, a smoke run
+    python bench/sandbox.py --steps-only         # only the step latency (the filters' cost), seconds
     python bench/sandbox.py --backends bwrap --out bench/results/sandbox.json
 
 Ratios are measured within one run (this machine is shared and noisy): the step round trip of
@@ -137,20 +138,28 @@ async def idle_memory(backend: Backend, n: int) -> dict[str, float]:
             "idle_mib_per_sandbox": round((before - after) / n, 2)}
 
 
-async def bench_backend(name: str, quick: bool) -> dict[str, object]:
-    backend = get_backend(name)
-    await backend.check()
-    reps = 50 if quick else 300
+async def step_latency(backend: Backend, reps: int) -> dict[str, object]:
+    """The step round trip of ``exec(["true"])`` next to a host spawn of ``true`` timed around it."""
     host = host_spawn_true(reps)
     async with backend.open() as sb:
         await sb.exec(["true"])
         steps = await timed(reps, lambda: sb.exec(["true"]))
-    host_after = host_spawn_true(reps)
-    host_all = host + host_after
-    result: dict[str, object] = {
+    host_all = host + host_spawn_true(reps)
+    return {
         "host_spawn_true": summary(host_all),
         "step_true": summary(steps),
         "step_ratio_p50": round(statistics.median(steps) / statistics.median(host_all), 2),
+    }
+
+
+async def bench_backend(name: str, quick: bool, steps_only: bool = False) -> dict[str, object]:
+    backend = get_backend(name)
+    await backend.check()
+    result = await step_latency(backend, 50 if quick else 300)
+    if steps_only:
+        await backend.aclose()
+        return result
+    result |= {
         "cold_start": summary(await cold_start(backend, 5 if quick else 30)),
         "warm_acquire": summary(await warm_acquire(backend, 10 if quick else 100)),
         "steps_per_s_32": round(await throughput(backend, 8 if quick else 32, 3 if quick else 10), 1),
@@ -194,12 +203,13 @@ async def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backends", default="docker,bwrap")
     ap.add_argument("--quick", action="store_true", help="small sizes: a smoke run of a minute or two")
+    ap.add_argument("--steps-only", action="store_true", help="only the step latency (seconds, not minutes)")
     ap.add_argument("--out", default="bench/results/sandbox.json")
     args = ap.parse_args(argv)
     report: dict[str, object] = {"quick": args.quick, "cpus": os.cpu_count(), "backends": {}}
     for name in args.backends.split(","):
         print(f"== {name}", file=sys.stderr)
-        report["backends"][name] = await bench_backend(name, args.quick)  # type: ignore[index]
+        report["backends"][name] = await bench_backend(name, args.quick, args.steps_only)  # type: ignore[index]
     report["containers_left"] = leftover_containers()
     text = json.dumps(report, indent=2)
     print(text)
