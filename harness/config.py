@@ -31,8 +31,15 @@ class HarnessConfig(BaseModel):
     """Sandbox backend that runs the tests (the images are docker images)."""
     tamper: Policy = Policy.REVERT
     """What a tamper rule does when it fires: revert (default), flag, or off (SWE-bench's behaviour)."""
+    canaries: bool = True
+    """Plant canary tests in every graded run and require every expected test exactly once (canary.py); off
+    reproduces SWE-bench's grading (for comparisons and cost measurements only)."""
+    output_cap_mb: int = Field(32, ge=1)
+    """MiB of test output brought back to the host per attempt (head and tail; the report says what was
+    cut)."""
     retries: int = Field(1, ge=0)
-    """Extra attempts for an infra failure (build, sandbox, timeout, OOM)."""
+    """Extra attempts for an infra failure (build, sandbox, an environment too slow or small for the
+    tests)."""
     cpus: float = Field(1.0, gt=0)
     """CPU share of each test sandbox."""
     memory_mb: int = Field(4096, ge=256)

@@ -5,10 +5,10 @@
 
 Instances run concurrently (``asyncio.TaskGroup``; ``max_workers`` sandboxes and ``max_workers`` docker
 builds at a time). Empty patches are counted and not run. Infra failures (an image build, the sandbox or
-daemon, a test timeout, an OOM kill) are retried ``retries`` times, then reported as errors of their kind;
-model failures (a patch that does not apply, an unsafe patch) are not retried. A test timeout is treated as
-infra because a slow or overloaded machine causes it as often as an endless loop does: it gets one retry,
-and a second timeout is final (an error, in ``timeout_ids``, never resolved). Re-running with the same
+daemon, an environment that cannot run the tests in the budget) are retried ``retries`` times, then
+reported as errors of their kind; model failures (a patch that does not apply, an unsafe patch, tests that
+hang or exhaust memory with the patch while the unpatched base runs well inside the budget: ``verdicts.py``)
+are recorded once and never retried. Re-running with the same
 run id skips every instance whose report.json exists, except errors that are not the model's: infra errors
 run again (unless ``rerun_infra`` is off), and so do setup errors (a missing spec or repository, a test_patch
 that did not apply, an internal error), so writing the spec a message names and re-running finishes the run.
@@ -23,7 +23,7 @@ import re
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -46,6 +46,7 @@ from .report import Artifacts, RunFolder, RunSummary, summarize, write_summary
 from .run import Attempt, run_attempt, sandbox_limits
 from .specs import Plan, SpecCatalog
 from .tamper import Policy
+from .verdicts import Baselines, classify, describe
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +157,7 @@ class _Runner:
         self.builder = ImageBuilder(cfg.repo_source, cfg.max_workers, cfg.force_rebuild)
         self.run_sem = asyncio.Semaphore(cfg.max_workers)
         self.images_used: set[str] = set()
+        self.baselines = Baselines()
 
     async def run_all(
         self, instances: Sequence[Instance], preds: Mapping[str, Prediction]
@@ -284,16 +286,21 @@ class _Runner:
             self.progress(Event(iid, "run"))
             try:
                 assert self.backend is not None
-                attempt = await run_attempt(self.backend, image.tag, limits, plan, patch, c.tamper, timeout)
+                attempt = await run_attempt(
+                    self.backend, image.tag, limits, plan, patch, c.tamper, timeout,
+                    canaries=c.canaries, output_cap=c.output_cap_mb << 20,
+                )
+                if attempt.result in ("timeout", "oom"):
+                    self.progress(Event(iid, "run", detail=f"{attempt.result}: baseline run for evidence"))
+                    base = await self.baselines.get(self.backend, image.tag, limits, plan, timeout)
             except (SandboxError, BackendUnavailable) as e:
-                kind = ErrorKind.OOM if "OOM" in str(e) else ErrorKind.SANDBOX
-                raise _Infra(kind, f"sandbox failure: {e}") from e
-        if attempt.result == "timeout":
-            raise _Infra(ErrorKind.TIMEOUT, f"the tests ran past {timeout:.0f}s", attempt)
-        if attempt.result == "oom":
-            raise _Infra(
-                ErrorKind.OOM, f"the tests were OOM-killed (memory limit {limits.memory_mb} MB)", attempt
-            )
+                raise _Infra(ErrorKind.SANDBOX, f"sandbox failure: {e}") from e
+        if attempt.result in ("timeout", "oom"):
+            kind = classify(attempt, base)
+            message = describe(kind, attempt, base, timeout, limits.memory_mb)
+            if kind.infra:
+                raise _Infra(kind, message, attempt)
+            return replace(attempt, message=message), image
         return attempt, image
 
     async def _save(self, iid: str, attempt: Attempt | None, notes: list[str]) -> Path:
@@ -315,6 +322,8 @@ class _Runner:
             "image_built": image.built,
             "apply_command": att.apply_command,
             "markers_neutralised": att.markers_neutralised,
+            "output_cut_bytes": att.output_cut,
+            "canaries": None if att.canaries is None else [asdict(x) for x in att.canaries],
             "timings": {
                 "image_s": round(image.duration_s, 3),
                 **{k: round(v, 3) for k, v in att.timings.items()},
@@ -336,6 +345,12 @@ class _Runner:
             return error_report(
                 iid, model, ErrorKind.TEST_PATCH, att.message, attempts=n, findings=att.findings, extra=extra
             )
+        if att.result in ("timeout", "oom"):  # classified as the patch's doing (_attempt)
+            kind = ErrorKind.TIMEOUT if att.result == "timeout" else ErrorKind.OOM
+            return error_report(
+                iid, model, kind, att.message, attempts=n, findings=att.findings, extra=extra,
+                test_exit_code=att.test_exit_code,
+            )
         report = await asyncio.to_thread(
             grade,
             inst,
@@ -345,5 +360,6 @@ class _Runner:
             findings=att.findings,
             log_parser=plan.log_parser,
             eval_type=plan.eval_type,
+            canaries=att.canaries,
         )
         return replace(report, attempts=n, extra=extra)

@@ -11,11 +11,18 @@ with the row's ``PARSER_REGISTRY`` parser, cross-checks the ``>>>>> Test Exit Co
 FAIL_TO_PASS / PASS_TO_PASS; ``get_resolution_status`` gives FULL / PARTIAL / NO exactly as SWE-bench
 defines them (FULL: every F2P and P2P test passes; PARTIAL: some but not all F2P pass and every P2P passes).
 
-One rule is envfarm's own: a tamper finding that blocks resolution (a flagged or refused path, see
-``tamper.py``) makes the instance unresolved whatever the log says. Without ``findings``, ``grade`` scans the
-model patch statically and flags what it finds, so grading a raw log of an unprotected run cannot resolve
-swebench's #631 conftest exploit. The runner (``run.py``) reverts such paths before the tests and passes its
-findings; the code-repair env calls this same function.
+Two rules are envfarm's own; a finding of either makes the instance unresolved whatever the log says:
+
+- tamper findings that block resolution (a flagged or refused path, see ``tamper.py``). Without
+  ``findings``, ``grade`` scans the model patch statically and flags what it finds, so grading a raw log of
+  an unprotected run cannot resolve swebench's #631 conftest exploit. The runner (``run.py``) reverts such
+  paths before the tests and passes its findings;
+- with ``canaries`` (what the runner planted, see ``canary.py``): rule ``canary`` when a canary test is
+  missing from the parsed results or has the wrong outcome, and rule ``missing-tests`` when a FAIL_TO_PASS or
+  PASS_TO_PASS test is absent or reported more than once. (swebench's own cross-check of a non-zero exit
+  code against a log with no failure still runs; must-fail canaries always give an honest log failures.)
+
+The code-repair env calls this same function.
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import _swebench, tamper
+from . import _swebench, canary, tamper
+from .canary import Canary
 from .instances import Instance
 from .specs import DEFAULT_PARSER, eval_script_command
 from .tamper import Finding
@@ -70,15 +78,20 @@ class ErrorKind(enum.StrEnum):
     SANDBOX = "sandbox"
     """The container did not start or died, the daemon went away (infra)."""
     TIMEOUT = "timeout"
-    """The tests ran past the timeout, twice (infra by policy; never resolved)."""
+    """The patched tests ran past the timeout while the unpatched base finishes well inside it (a model
+    failure: never resolved, not retried; see ``verdicts.py``)."""
     OOM = "oom"
-    """The tests were killed by the memory limit (infra)."""
+    """The patched tests were killed by the memory limit while the unpatched base fits (a model failure)."""
+    ENV_TIMEOUT = "env_timeout"
+    """The tests ran past the timeout and so does the unpatched base: the budget is too small (infra)."""
+    ENV_OOM = "env_oom"
+    """The tests were OOM-killed and so is the unpatched base: the memory cap is too small (infra)."""
     INTERNAL = "internal"
     """A bug in envfarm; the message has the traceback's last line."""
 
     @property
     def infra(self) -> bool:
-        return self in (ErrorKind.BUILD, ErrorKind.SANDBOX, ErrorKind.TIMEOUT, ErrorKind.OOM)
+        return self in (ErrorKind.BUILD, ErrorKind.SANDBOX, ErrorKind.ENV_TIMEOUT, ErrorKind.ENV_OOM)
 
     @property
     def setup(self) -> bool:
@@ -239,28 +252,27 @@ def grade(
     findings: Sequence[Finding] | None = None,
     log_parser: str | None = None,
     eval_type: str | None = None,
+    canaries: Sequence[Canary] | None = None,
 ) -> InstanceReport:
     """Grade one test log (its text, or a Path to it) against the instance's FAIL_TO_PASS/PASS_TO_PASS.
 
     ``findings`` are the runner's tamper findings; None means "unknown": the model patch is scanned
-    statically and every rule that fires is flagged (blocks resolution). A None or blank ``model_patch``
-    gives :attr:`Outcome.EMPTY_PATCH`. Blocking (reads or writes the log file); no sandbox involved.
+    statically and every rule that fires is flagged (blocks resolution). ``canaries`` are the tests the
+    runner planted (None: the run had none, and completeness is not checked either). A None or blank
+    ``model_patch`` gives :attr:`Outcome.EMPTY_PATCH`. Blocking (reads or writes the log file); no sandbox.
     """
     if model_patch is None or not model_patch.strip():
         return empty_report(instance.instance_id, model_name_or_path, model_patch)
     if findings is None:
         ctx = tamper.Context(tuple(_test_files(instance)), eval_script_command(instance.eval_script) or "")
         findings = tamper.scan_patch(model_patch, ctx)
+    args = (model_patch, model_name_or_path, findings, log_parser, eval_type, canaries)
     if isinstance(test_log, Path):
-        return _grade_file(
-            instance, test_log, model_patch, model_name_or_path, findings, log_parser, eval_type
-        )
+        return _grade_file(instance, test_log, *args)
     with tempfile.NamedTemporaryFile("w", suffix=".log", encoding="utf-8") as fh:
         fh.write(test_log)
         fh.flush()
-        return _grade_file(
-            instance, Path(fh.name), model_patch, model_name_or_path, findings, log_parser, eval_type
-        )
+        return _grade_file(instance, Path(fh.name), *args)
 
 
 def _grade_file(
@@ -271,6 +283,7 @@ def _grade_file(
     findings: Sequence[Finding],
     log_parser: str | None,
     eval_type: str | None,
+    canaries: Sequence[Canary] | None,
 ) -> InstanceReport:
     sw = _swebench.load()
     spec = sw.types.TestSpec(
@@ -289,6 +302,9 @@ def _grade_file(
         "model_name_or_path": model,
         "model_patch": model_patch,
     }
+    content = log_path.read_text(encoding="utf-8", errors="replace")
+    if canaries is not None:
+        findings = [*findings, *_canary_findings(sw, spec, instance, content, canaries)]
     raw = sw.grading.get_eval_report(spec, prediction, str(log_path), include_tests_status=True)
     inner = raw[instance.instance_id]
     status = (
@@ -300,7 +316,6 @@ def _grade_file(
     resolved = bool(inner["resolved"]) and not blocked
     if blocked:
         status = ResolutionStatus.NO
-    content = log_path.read_text(encoding="utf-8", errors="replace")
     return InstanceReport(
         instance_id=instance.instance_id,
         model_name_or_path=model,
@@ -313,6 +328,22 @@ def _grade_file(
         failure_reason=inner.get("infra_failure_reason"),
         test_exit_code=sw.grading.parse_test_exit_code(content),
     )
+
+
+def _canary_findings(
+    sw: _swebench.Swebench, spec: Any, instance: Instance, content: str, canaries: Sequence[Canary]
+) -> list[Finding]:
+    """The ``canary`` and ``missing-tests`` findings of a log (nothing to say when it has no results)."""
+    c = sw.constants
+    if c.START_TEST_OUTPUT not in content or c.END_TEST_OUTPUT not in content:
+        return []
+    sliced = content.split(c.START_TEST_OUTPUT)[1].split(c.END_TEST_OUTPUT)[0]
+    parser = sw.log_parsers.PARSER_REGISTRY[spec.log_parser]
+    status = parser(sliced, spec)
+    counts = canary.line_counts(sliced, lambda line: parser(line, spec))
+    expected = [*instance.fail_to_pass, *instance.pass_to_pass]
+    resolve = sw.grading._resolve_case
+    return [*canary.verdict(canaries, status), *canary.completeness(expected, status, resolve, counts)]
 
 
 def failure_tier(reason: str | None) -> str | None:

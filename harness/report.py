@@ -142,8 +142,10 @@ class RunSummary:
     partial_ids: list[str] = field(default_factory=list)
     """RESOLVED_PARTIAL: some FAIL_TO_PASS pass, every PASS_TO_PASS passes (not resolved)."""
     infra_error_ids: list[str] = field(default_factory=list)
-    """Errors of an infra kind (build, sandbox, timeout, oom) after the retry; a subset of error_ids."""
+    """Errors of an infra kind (build, sandbox, env_timeout, env_oom) after the retry; a subset of
+    error_ids."""
     timeout_ids: list[str] = field(default_factory=list)
+    """Errors whose tests ran past the timeout: the patch's (``timeout``) or the environment's."""
     tampered_ids: dict[str, list[str]] = field(default_factory=dict)
     """instance id -> the tamper rules that fired (reverted, flagged or refused)."""
     error_kinds: dict[str, str] = field(default_factory=dict)
@@ -212,7 +214,7 @@ def summarize(
         resolved_rate_ci95=wilson(len(resolved), len(ids)),
         partial_ids=sorted(i for i, r in mine.items() if r.status is ResolutionStatus.PARTIAL),
         infra_error_ids=[i for i in errors if mine[i].infra_error],
-        timeout_ids=[i for i in errors if mine[i].error_kind is ErrorKind.TIMEOUT],
+        timeout_ids=[i for i in errors if mine[i].error_kind in (ErrorKind.TIMEOUT, ErrorKind.ENV_TIMEOUT)],
         tampered_ids={i: sorted({f.rule for f in r.findings}) for i, r in sorted(mine.items()) if r.findings},
         error_kinds={i: str(mine[i].error_kind) for i in errors},
     )
@@ -252,7 +254,7 @@ def markdown(s: RunSummary, reports: Mapping[str, InstanceReport]) -> str:
         ("unresolved", s.unresolved_instances),
         ("empty patch (not run)", s.empty_patch_instances),
         ("error", s.error_instances),
-        ("of which infra (build, sandbox, timeout, OOM)", len(s.infra_error_ids)),
+        ("of which infra (build, sandbox, env timeout/OOM)", len(s.infra_error_ids)),
         ("of which timeout", len(s.timeout_ids)),
         ("tamper rule fired", len(s.tampered_ids)),
         ("incomplete (no prediction or not run)", len(s.incomplete_ids)),

@@ -5,17 +5,25 @@
     apply the model patch: git apply --verbose | git apply --verbose --reject | patch --batch --fuzz=5 -p1
     tamper rules on every path it changed (tamper.py): revert, flag, or (off) nothing
     reset the test files test_patch names to the base commit, apply test_patch (git apply --verbose)
+    plant canary tests in a test module the command runs (canary.py): random names, must pass / must fail
     run the test command with a timeout; its stdout+stderr are the test log
 
-Every git call disables hooks and fsmonitor. The test output goes to a file in the sandbox and is read
-back whole (no output cap); the host writes the swebench markers around it after neutralising any marker
-text the tests printed. Sandbox failures propagate (SandboxError, BackendUnavailable): the caller
-classifies and retries them.
+A baseline attempt (``patch=None``) skips the model patch: the unpatched base with test_patch, the evidence
+that tells a patch whose tests hang or exhaust memory (a model failure) from an environment that cannot run
+them in the budget (``verdicts.py``).
+
+Every git call disables hooks and fsmonitor. The test output goes to a file in the sandbox; at most
+``output_cap`` bytes of it come back to the host (its head and tail, with a line saying how much was cut),
+so a patch that prints gigabytes costs the host the cap. The host writes the swebench markers around it
+after neutralising any marker text the tests printed. Sandbox failures propagate (SandboxError,
+BackendUnavailable): the caller classifies and retries them.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
+import shlex
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,7 +32,8 @@ from typing import Literal
 from envfarm.errors import SandboxError, SandboxFileError, tail
 from envfarm.sandbox import Backend, ExecResult, Limits, Sandbox
 
-from . import _swebench, patches, tamper
+from . import _swebench, canary, patches, tamper
+from .canary import Canary
 from .images import PRISTINE, WORKDIR, quote_env
 from .specs import Plan
 from .tamper import Finding, Policy
@@ -39,6 +48,8 @@ APPLY_COMMANDS = (
     "patch --batch --forward --fuzz=5 -p1 -i",
 )
 STEP_TIMEOUT_S = 300.0
+OUTPUT_CAP = 32 << 20
+"""Bytes of test output brought back to the host per attempt (the rest stays in the sandbox)."""
 RESTORE = f"""\
 while IFS= read -r -d '' p; do
   rm -rf -- "{WORKDIR}/$p"
@@ -72,6 +83,10 @@ class Attempt:
     steps: tuple[str, ...] = ()
     """Lines for run_instance.log."""
     timings: dict[str, float] = field(default_factory=dict)
+    canaries: tuple[Canary, ...] | None = None
+    """Canary tests planted in this run (None: canaries were off); grading checks them."""
+    output_cut: int = 0
+    """Bytes of test output not brought back to the host (over the cap)."""
 
 
 def sandbox_limits(
@@ -99,11 +114,20 @@ class _Steps:
 
 
 async def run_attempt(
-    backend: Backend, image: str, limits: Limits, plan: Plan, patch: str, policy: Policy, timeout_s: float
+    backend: Backend,
+    image: str,
+    limits: Limits,
+    plan: Plan,
+    patch: str | None,
+    policy: Policy,
+    timeout_s: float,
+    *,
+    canaries: bool = True,
+    output_cap: int = OUTPUT_CAP,
 ) -> Attempt:
-    """Evaluate ``patch`` on ``plan``'s instance in a fresh sandbox of ``image``."""
+    """Evaluate ``patch`` on ``plan``'s instance in a fresh sandbox of ``image`` (None: the baseline)."""
     steps = _Steps()
-    refused = tamper.unsafe(patch) if policy is not Policy.OFF else []
+    refused = tamper.unsafe(patch) if patch is not None and policy is not Policy.OFF else []
     if refused:
         steps.note(f"refused: {', '.join(f.path for f in refused)}")
         return Attempt(
@@ -113,27 +137,40 @@ async def run_attempt(
             steps=tuple(steps.lines),
         )
     labels = {"envfarm.harness.instance": plan.instance.instance_id}
+    opts = _Options(policy, timeout_s, canaries, output_cap)
     async with backend.open(image=image, limits=limits, labels=labels) as sb:
         steps.note(f"sandbox {sb.id} from {image}")
-        return await _attempt(sb, plan, patch, policy, timeout_s, steps)
+        return await _attempt(sb, plan, patch, opts, steps)
 
 
-async def _attempt(
-    sb: Sandbox, plan: Plan, patch: str, policy: Policy, timeout_s: float, steps: _Steps
-) -> Attempt:
+@dataclass(frozen=True)
+class _Options:
+    policy: Policy
+    timeout_s: float
+    canaries: bool
+    output_cap: int
+
+
+async def _attempt(sb: Sandbox, plan: Plan, patch: str | None, opts: _Options, steps: _Steps) -> Attempt:
     t = time.monotonic()
     await _sh(sb, f"mkdir -p {TMP} && cp -a {PRISTINE} {WORKDIR}", "copy the repository", cwd="/workspace")
-    before = await _status(sb)
     oom_before = await _oom_count(sb)
-    await sb.write_file(f"{TMP}/model.patch", patch)
+    findings: list[Finding] = []
+    applied: str | None = "baseline (no model patch)"
     steps.timings["setup_s"] = time.monotonic() - t
-    applied = await _apply(sb, steps)
-    if applied is None:
-        return Attempt(
-            "patch_failed", message="the patch did not apply", steps=tuple(steps.lines), timings=steps.timings
-        )
-    changed = sorted(set(await _status(sb)) - set(before))
-    findings = await _tamper(sb, plan, patch, [p for _, p in changed], policy, steps)
+    if patch is not None:
+        before = await _status(sb)
+        await sb.write_file(f"{TMP}/model.patch", patch)
+        applied = await _apply(sb, steps)
+        if applied is None:
+            return Attempt(
+                "patch_failed",
+                message="the patch did not apply",
+                steps=tuple(steps.lines),
+                timings=steps.timings,
+            )
+        changed = sorted(set(await _status(sb)) - set(before))
+        findings = await _tamper(sb, plan, patch, [p for _, p in changed], opts.policy, steps)
     if not await _apply_test_patch(sb, plan, steps):
         return Attempt(
             "test_patch_failed",
@@ -144,9 +181,10 @@ async def _attempt(
             timings=steps.timings,
         )
     diff = (await sb.exec(f"{GIT} diff", cwd=WORKDIR, timeout=STEP_TIMEOUT_S)).stdout
+    planted = await _plant(sb, plan, steps) if opts.canaries else None
     script = eval_script(plan)
-    res, raw, oom_killed = await _run_tests(sb, script, timeout_s, oom_before, steps)
-    test_log, neutralised = compose_log(raw, res, timeout_s)
+    res, raw, oom_killed, cut = await _run_tests(sb, script, opts, oom_before, steps)
+    test_log, neutralised = compose_log(raw, res, opts.timeout_s)
     result: Result = "timeout" if res.timed_out else "oom" if oom_killed else "graded"
     return Attempt(
         result,
@@ -159,6 +197,8 @@ async def _attempt(
         neutralised,
         steps=tuple(steps.lines),
         timings=steps.timings,
+        canaries=planted,
+        output_cut=cut,
     )
 
 
@@ -166,22 +206,64 @@ async def _attempt(
 
 
 async def _run_tests(
-    sb: Sandbox, script: str, timeout_s: float, oom_before: int | None, steps: _Steps
-) -> tuple[ExecResult, str, bool]:
-    """Run the eval script; returns its result, its whole output and whether the memory limit killed it."""
+    sb: Sandbox, script: str, opts: _Options, oom_before: int | None, steps: _Steps
+) -> tuple[ExecResult, str, bool, int]:
+    """Run the eval script; returns its result, its output (capped), whether the memory limit killed it
+    and how many bytes of output were cut."""
     await sb.write_file(f"{TMP}/eval.sh", script)
     t = time.monotonic()
-    res = await sb.exec(["bash", "-c", f"bash {TMP}/eval.sh > {TMP}/test_output.raw 2>&1"], timeout=timeout_s)
+    res = await sb.exec(
+        ["bash", "-c", f"bash {TMP}/eval.sh > {TMP}/test_output.raw 2>&1"], timeout=opts.timeout_s
+    )
     steps.timings["tests_s"] = time.monotonic() - t
-    raw = (await sb.read_file(f"{TMP}/test_output.raw")).decode("utf-8", errors="replace")
+    raw, cut = await _read_capped(sb, f"{TMP}/test_output.raw", opts.output_cap)
     oom = await _oom_count(sb)
     if oom is not None and oom_before is not None:
         oom_killed = oom > oom_before
     else:  # no cgroup counter: a SIGKILL that was not our timeout
         oom_killed = res.exit_code == -9 and not res.timed_out
     flags = (" (TIMED OUT)" if res.timed_out else "") + (" (OOM-killed)" if oom_killed else "")
+    flags += f" ({cut} bytes of output cut)" if cut else ""
     steps.note(f"tests exited {res.exit_code} in {res.duration:.1f}s{flags}")
-    return res, raw, oom_killed
+    return res, raw, oom_killed, cut
+
+
+async def _read_capped(sb: Sandbox, path: str, cap: int) -> tuple[str, int]:
+    """The text of ``path``; past ``cap`` bytes, its first quarter and last three quarters of the cap with
+    a line between them saying how much was cut (the parsers need the summary at the end)."""
+    size_res = await sb.exec(["stat", "-c", "%s", path], timeout=30)
+    try:
+        size = int(size_res.stdout.strip())
+    except ValueError:
+        size = 0
+    if size <= cap:
+        return (await sb.read_file(path)).decode("utf-8", errors="replace"), 0
+    head, tail_n = cap // 4, cap - cap // 4
+    cut = size - head - tail_n
+    note = f"\n[envfarm: {cut} bytes of test output cut here; the host keeps at most {cap} bytes]\n"
+    await _sh(
+        sb,
+        f"{{ head -c {head} {path}; printf %s {shlex.quote(note)}; tail -c {tail_n} {path}; }} > {path}.cut "
+        f"&& rm -f {path}",
+        "cap the test output",
+        cwd="/workspace",
+    )
+    return (await sb.read_file(f"{path}.cut")).decode("utf-8", errors="replace"), cut
+
+
+async def _plant(sb: Sandbox, plan: Plan, steps: _Steps) -> tuple[Canary, ...]:
+    """Plant canary tests in one test module the run executes; () when there is none to plant in."""
+    rng = secrets.SystemRandom()
+    for module in canary.pick_module(plan.test_files, plan.test_command, rng):
+        text = await _read(sb, f"{WORKDIR}/{module}")
+        if text is None:
+            continue
+        planting = canary.plant(module, text, canary.style_for(plan.log_parser), rng)
+        await sb.write_file(f"{WORKDIR}/{module}", planting.text)
+        steps.note(f"canaries planted in {module}: {len(planting.canaries)}")
+        return planting.canaries
+    steps.note("no test module to plant canaries in: results are checked for completeness only")
+    return ()
 
 
 async def _sh(sb: Sandbox, script: str, what: str, cwd: str = WORKDIR, check: bool = True) -> ExecResult:

@@ -68,6 +68,12 @@ def run(
     ] = "revert",
     split: SplitOpt = "test",
     force_rebuild: Annotated[bool, typer.Option("--force-rebuild", help="Rebuild images.")] = False,
+    canaries: Annotated[
+        bool, typer.Option("--canaries/--no-canaries", help="Plant canary tests (off: SWE-bench grading).")
+    ] = True,
+    output_cap_mb: Annotated[
+        int, typer.Option("--output-cap-mb", min=1, help="MiB of test output kept per instance.")
+    ] = 32,
 ) -> None:
     """Build images, apply each prediction, run and grade its tests; write reports and the run summary."""
     from envfarm.harness import HarnessConfig, Policy, evaluate, load_instances, load_predictions
@@ -86,6 +92,7 @@ def run(
         repo_source, specs = _mined_sources(rows, specs)
     options = {"run_id": run_id, "report_dir": report_dir, "repo_source": repo_source}
     options |= {"specs": tuple(specs or ()), "max_workers": max_workers, "timeout_s": timeout}
+    options |= {"canaries": canaries, "output_cap_mb": output_cap_mb}
     config = _valid(HarnessConfig, **options, tamper=policy, force_rebuild=force_rebuild)
     preds = load_predictions(predictions, rows)
     _check_specs([r for r in rows if r.instance_id in preds and not preds[r.instance_id].is_empty], specs)

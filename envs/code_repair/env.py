@@ -12,8 +12,12 @@ Tools: ``bash``, ``view``, ``str_replace``, ``create``, ``search``, ``run_tests`
 by a fresh harness run of the instance (``harness.run.run_attempt`` then ``harness.grade``: apply the
 patch, tamper rules, reset and apply test_patch, run the tests, swebench's grading). Reward 1.0 when
 resolved; with ``partial_credit`` a fix that keeps every PASS_TO_PASS test passing earns the fraction of
-FAIL_TO_PASS tests it makes pass. ``info["tests"]`` has the swebench tests_status. A grading run that fails
-for infrastructure reasons (twice) sets ``info["infra_error"]``; it is never a silent reward of 0.
+FAIL_TO_PASS tests it makes pass. ``info["tests"]`` has the swebench tests_status. Every grading run plants
+canary tests and requires every expected test exactly once (``harness/canary.py``). Hidden tests that hang or
+exhaust memory with the patch while the unpatched base runs well inside the budget are the policy's doing:
+reward 0 with ``info["reason"]`` ``timeout``/``oom``, no retry (``harness/verdicts.py``). A grading run that
+fails for infrastructure reasons (twice: a sandbox that died, an environment too slow for its own tests)
+sets ``info["infra_error"]``; it is never a silent reward of 0.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import logging
 import shlex
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -38,6 +42,7 @@ from envfarm.harness.images import PRISTINE, WORKDIR, BuiltImage, ImageBuilder, 
 from envfarm.harness.instances import instance_from_row
 from envfarm.harness.run import GIT, Attempt, run_attempt, sandbox_limits
 from envfarm.harness.specs import Plan
+from envfarm.harness.verdicts import Baselines, classify, describe
 from envfarm.sandbox import Backend, Limits, Sandbox, get_backend
 from envfarm.sandbox.pool import SandboxPool
 
@@ -119,6 +124,7 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
         self._built: BuiltImage | None = None
         self._base = "HEAD"
         self._grade_limits = self._limits
+        self._baselines = Baselines()
 
     # ---------------------------------------------------------------------------------------- episodes
 
@@ -256,9 +262,14 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
             if attempt.result in ("patch_failed", "refused"):
                 return Outcome(f"Your changes could not be evaluated: {attempt.message}.", done=True,
                                info={"resolved": False, "patch": patch, "error_kind": attempt.result})
+            if attempt.result in ("timeout", "oom"):
+                return Outcome(f"The hidden tests did not finish: {attempt.message}.", 0.0, True,
+                               {"resolved": False, "patch": patch, "reason": attempt.result,
+                                "grade_s": time.monotonic() - t0})
             report = await asyncio.to_thread(
                 grade, inst, attempt.test_log, model_patch=patch, model_name_or_path="coderepair",
-                findings=attempt.findings, log_parser=plan.log_parser, eval_type=plan.eval_type)
+                findings=attempt.findings, log_parser=plan.log_parser, eval_type=plan.eval_type,
+                canaries=attempt.canaries)
         reward = self._reward(report)
         info = {"resolved": report.resolved, "status": report.status.value, "patch": patch,
                 "tests": report.tests.to_swebench() if report.tests else None,
@@ -266,20 +277,26 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
         return Outcome(tools.verdict(report), reward, True, info)
 
     async def _attempt(self, patch: str) -> Attempt:
-        """A fresh harness run of the instance; an infra failure is retried once, then raised."""
+        """A fresh harness run of the instance. A timeout or OOM kill the baseline clears is returned (the
+        policy's failure); an infra failure is retried once, then raised."""
         assert self.task is not None and self._built is not None and self._backend is not None
-        last = ""
+        last, timeout, limits = "", self._grade_timeout(), self._grade_limits
         for _ in range(self.harness.retries + 1):
             try:
-                attempt = await run_attempt(self._backend, self._built.tag, self._grade_limits,
-                                            self.task.plan, patch, self.harness.tamper, self._grade_timeout())
+                attempt = await run_attempt(self._backend, self._built.tag, limits, self.task.plan, patch,
+                                            self.harness.tamper, timeout)
+                if attempt.result not in ("timeout", "oom"):
+                    return attempt
+                base = await self._baselines.get(self._backend, self._built.tag, limits, self.task.plan,
+                                                 timeout)
             except (SandboxError, BackendUnavailable) as e:
                 last = f"grading sandbox failed: {e}"
                 continue
-            if attempt.result in ("timeout", "oom"):
-                last = f"the hidden tests hit the {attempt.result} limit"
-                continue
-            return attempt
+            kind = classify(attempt, base)
+            message = describe(kind, attempt, base, timeout, limits.memory_mb)
+            if not kind.infra:
+                return replace(attempt, message=message)
+            last = message
         raise SandboxError(f"{last} (after {self.harness.retries + 1} tries)")
 
     def _reward(self, report: InstanceReport) -> float:

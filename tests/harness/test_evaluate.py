@@ -31,7 +31,7 @@ def test_resume_reruns_setup_errors_keeps_model_failures(tmp_path: Path, rerun_i
     for inst, kind in [
         (model_fail, ErrorKind.PATCH_APPLY),
         (setup_fail, ErrorKind.SPEC),
-        (infra_fail, ErrorKind.TIMEOUT),
+        (infra_fail, ErrorKind.ENV_TIMEOUT),
     ]:
         folder.write_report(error_report(inst.instance_id, "m", kind, "from the first run"))
     config = HarnessConfig(run_id="r", report_dir=tmp_path, backend="local", rerun_infra=rerun_infra)

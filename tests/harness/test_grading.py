@@ -108,8 +108,9 @@ def test_empty_and_error_reports_and_json_round_trip(toy_instance: Instance) -> 
         assert empty.outcome is Outcome.EMPTY_PATCH and not empty.resolved
         assert empty.to_swebench()[toy_instance.instance_id]["patch_is_None"] is (patch is None)
     graded = grade(toy_instance, log(F2P + P2P), model_patch=PATCHES["gold"], model_name_or_path="m")
-    err = error_report("x-1", "m", ErrorKind.TIMEOUT, "ran past 5s", attempts=2)
+    err = error_report("x-1", "m", ErrorKind.ENV_TIMEOUT, "ran past 5s, the base too", attempts=2)
     assert err.infra_error and err.outcome is Outcome.ERROR and not ErrorKind.PATCH_APPLY.infra
+    assert not ErrorKind.TIMEOUT.infra and not ErrorKind.OOM.infra, "the patch's hang is a model failure"
     for report in (graded, err, grade(toy_instance, log(F2P + P2P), model_patch=PATCHES["conftest"])):
         data = json.loads(json.dumps(report.to_swebench()))
         assert InstanceReport.from_swebench(data) == report

@@ -63,7 +63,7 @@ def test_summary_has_swebench_keys_and_envfarm_counts(lite: list[Instance], tmp_
         ids[0]: resolved,
         ids[1]: partial,
         ids[2]: empty_report(ids[2], "org/model", ""),
-        ids[3]: error_report(ids[3], "org/model", ErrorKind.TIMEOUT, "ran past 5s"),
+        ids[3]: error_report(ids[3], "org/model", ErrorKind.ENV_TIMEOUT, "ran past 5s, the base too"),
         ids[4]: error_report(ids[4], "org/model", ErrorKind.PATCH_APPLY, "did not apply"),
     }
     s = summarize(lite[:6], preds, reports, "r1", "org/model")

@@ -111,24 +111,46 @@ def test_resume_skips_finished_instances(main_run: RunReport, toy: tuple[Path, s
     assert stamps == {p: p.stat().st_mtime_ns for p in folder.glob("r1/toy__model/*/report.json")}
 
 
-def test_endless_tests_time_out_are_retried_once_and_never_resolve(
-    toy: tuple[Path, str, Path], tmp_path: Path
-) -> None:
+def test_endless_tests_are_a_model_failure_recorded_once(toy: tuple[Path, str, Path], tmp_path: Path) -> None:
+    """The patch's tests loop; the unpatched base finishes well inside the budget: reason ``timeout``, no
+    retry, counted (unresolved) in the denominator, and a resumed run keeps it."""
     events: list[Event] = []
-    result = run(toy, tmp_path, ("loop",), events, timeout_s=3)
+    result = run(toy, tmp_path, ("loop",), events, timeout_s=4)
     report = result.reports["envfarm-tests__calc-loop"]
-    assert report.outcome is Outcome.ERROR and report.error_kind is ErrorKind.TIMEOUT and report.infra_error
-    assert report.attempts == 2 and [e.phase for e in events].count("retry") == 1
-    assert result.summary.timeout_ids == result.summary.infra_failure_ids == ["envfarm-tests__calc-loop"]
+    assert report.outcome is Outcome.ERROR and report.error_kind is ErrorKind.TIMEOUT
+    assert not report.infra_error and report.attempts == 1 and "retry" not in [e.phase for e in events]
+    assert "unpatched base finishes in" in (report.error or "")
+    assert result.summary.timeout_ids == ["envfarm-tests__calc-loop"] and not result.summary.infra_failure_ids
+    assert result.summary.total_instances == 1 and result.summary.resolved_rate == 0.0
     log = (tmp_path / "r1" / "toy__model" / "envfarm-tests__calc-loop" / "test_output.txt").read_text()
     assert ">>>>> Tests Timed Out" in log
+    again: list[Event] = []
+    run(toy, tmp_path, ("loop",), again, timeout_s=4)
+    assert [e.phase for e in again] == ["skipped"], "a model failure is not replayed on resume"
 
 
-def test_oom_killed_tests_are_an_infra_error(toy: tuple[Path, str, Path], tmp_path: Path) -> None:
+def test_a_budget_the_base_cannot_meet_is_an_infra_error_retried(
+    toy: tuple[Path, str, Path], tmp_path: Path
+) -> None:
+    """The unpatched base times out too (the spec sleeps before the tests): the environment's fault."""
+    source, base, _ = toy
+    specs = tmp_path / "slow"
+    specs.mkdir()
+    (specs / "envfarm-tests__calc.toml").write_text(
+        'repo = "envfarm-tests/calc"\n[defaults]\npackages = ["pytest==9.2.0"]\ntest_cmd = "pytest -rA"\n'
+        'pre_test = ["sleep 60"]\n'
+    )
+    result = run((source, base, specs), tmp_path, ("gold",), timeout_s=2)
+    report = result.reports["envfarm-tests__calc-gold"]
+    assert report.error_kind is ErrorKind.ENV_TIMEOUT and report.infra_error and report.attempts == 2
+    assert result.summary.infra_failure_ids == result.summary.timeout_ids == ["envfarm-tests__calc-gold"]
+
+
+def test_oom_killed_tests_are_a_model_failure(toy: tuple[Path, str, Path], tmp_path: Path) -> None:
     result = run(toy, tmp_path, ("oom",), memory_mb=256, disk_mb=64)
     report = result.reports["envfarm-tests__calc-oom"]
-    assert report.error_kind is ErrorKind.OOM and report.infra_error and report.attempts == 2
-    assert result.summary.infra_failure_ids == ["envfarm-tests__calc-oom"] and not result.summary.timeout_ids
+    assert report.error_kind is ErrorKind.OOM and not report.infra_error and report.attempts == 1
+    assert not result.summary.infra_failure_ids and not result.summary.timeout_ids
 
 
 def test_a_failing_image_build_is_an_infra_error_retried_once(
@@ -150,15 +172,29 @@ def test_a_failing_image_build_is_an_infra_error_retried_once(
 
 
 @pytest.mark.parametrize(
-    ("policy", "resolved", "action"), [(Policy.OFF, True, None), (Policy.FLAG, False, "flagged")]
+    ("policy", "canaries", "resolved", "rules"),
+    [
+        (Policy.OFF, False, True, []),
+        (Policy.OFF, True, False, ["canary"]),
+        (Policy.FLAG, False, False, ["conftest"]),
+    ],
 )
-def test_tamper_policies(
-    toy: tuple[Path, str, Path], tmp_path: Path, policy: Policy, resolved: bool, action: str | None
+def test_tamper_policies_and_canaries(
+    toy: tuple[Path, str, Path],
+    tmp_path: Path,
+    policy: Policy,
+    canaries: bool,
+    resolved: bool,
+    rules: list[str],
 ) -> None:
-    """``off`` is SWE-bench's behaviour: the flipping conftest.py resolves the instance (upstream #631)."""
-    report = run(toy, tmp_path, ("conftest",), tamper=policy).reports["envfarm-tests__calc-conftest"]
+    """``off`` without canaries is SWE-bench's behaviour: the flipping conftest.py resolves the instance
+    (upstream #631). With canaries on, no path rule is needed: the must-fail canaries come out passed."""
+    report = run(toy, tmp_path, ("conftest",), tamper=policy, canaries=canaries).reports[
+        "envfarm-tests__calc-conftest"
+    ]
     assert report.resolved is resolved
-    assert [f.action for f in report.findings] == ([action] if action else [])
+    assert sorted({f.rule for f in report.findings}) == rules
+    assert all(f.action == "flagged" for f in report.findings)
 
 
 def test_unsafe_patch_is_refused_without_running(toy: tuple[Path, str, Path], tmp_path: Path) -> None:
