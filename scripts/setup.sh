@@ -4,10 +4,11 @@
 #   scripts/setup.sh              system packages, docker daemon, .venv, images   (what `make setup` runs)
 #   scripts/setup.sh --venv-only  only the virtual environment                     (what `make lint` runs)
 #
-# Runs as root on a fresh Debian bookworm machine. Installs docker.io, bubblewrap, debootstrap and chromium
-# (+ chromium-driver) only when a binary is missing, starts dockerd without a bridge or iptables rules when
-# `docker info` fails, creates .venv (Python >= 3.11) with `pip install -e '.[dev,train,hf,ray,dashboard]'`
-# (torch pinned to the CPU wheel on this disk), then builds the images (`envfarm images build`).
+# Runs as root on a fresh Debian bookworm machine. Installs docker.io, bubblewrap, debootstrap, libseccomp2
+# and chromium (+ chromium-driver) only when missing, starts dockerd with --userns-remap=default and without
+# a bridge or iptables rules when `docker info` fails (and restarts an idle one that lacks the remap),
+# creates .venv (Python >= 3.11) with `pip install -e '.[dev,train,hf,ray,dashboard]'` (torch pinned to the
+# CPU wheel on this disk), then builds the images (`envfarm images build`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,6 +46,7 @@ system_packages() {
     command -v dockerd >/dev/null || missing+=(docker.io)
     command -v bwrap >/dev/null || missing+=(bubblewrap)
     command -v debootstrap >/dev/null || missing+=(debootstrap)
+    ldconfig -p | grep -q 'libseccomp\.so\.2 ' || missing+=(libseccomp2)  # bwrap sandboxes' seccomp filter
     command -v chromium >/dev/null || missing+=(chromium)            # dashboard tests: a real headless browser
     command -v chromedriver >/dev/null || missing+=(chromium-driver)
     if [ "${#missing[@]}" -gt 0 ]; then
@@ -52,14 +54,74 @@ system_packages() {
     fi
 }
 
+# Containers run as uid 1000, and a host may have a real user at uid 1000. With --userns-remap=default the
+# daemon maps each container's uids 0..65535 to dockremap's subordinate range in /etc/subuid (from 100000),
+# so a file or process of a sandbox belongs to no host user. Images live in a separate storage root under
+# remap (/var/lib/docker/<uid>.<gid>), so `envfarm images build` below rebuilds them once.
+DOCKERD_ARGS=(--userns-remap=default --bridge=none --iptables=false --ip-masq=false)
+
+userns_remapped() {
+    docker info --format '{{json .SecurityOptions}}' 2>/dev/null | grep -q 'name=userns'
+}
+
+stop_dockerd() {
+    # the daemon we (or a stock install) started: by its pidfile, never by name
+    local pidfile pid=""
+    for pidfile in "$DOCKERD_PID" /var/run/docker.pid; do
+        if [ -s "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then pid=$(cat "$pidfile"); break; fi
+    done
+    [ -n "$pid" ] || return 1
+    say "stopping dockerd (pid $pid) to restart it with ${DOCKERD_ARGS[*]}"
+    kill "$pid"
+    local waited=0
+    while kill -0 "$pid" 2>/dev/null; do
+        [ "$waited" -lt "$DOCKERD_WAIT_S" ] || die "dockerd (pid $pid) did not stop within ${DOCKERD_WAIT_S}s"
+        sleep 1
+        waited=$((waited + 1))
+    done
+}
+
+key_quota() {
+    # Under userns remap every container's runc joins a new session keyring as the same non-root host uid
+    # (dockremap's 100000), and the kernel's per-uid key quota for non-root users (200 keys, 20000 bytes)
+    # stops container starts at about 200 live containers ("unable to join session keyring: disk quota
+    # exceeded"). Raise it, never lower it; sandboxes cannot use keyrings (seccomp denies keyctl/add_key).
+    local name want have
+    for name in maxkeys:20000 maxbytes:2000000; do
+        want=${name#*:} name=${name%%:*}
+        have=$(cat "/proc/sys/kernel/keys/$name")
+        if [ "$have" -lt "$want" ]; then
+            need_root "raising kernel.keys.$name"
+            say "sysctl kernel.keys.$name=$want (was $have): one session keyring per remapped container"
+            sysctl -qw "kernel.keys.$name=$want"
+        fi
+    done
+}
+
 docker_daemon() {
+    key_quota
     if docker info >/dev/null 2>&1; then
-        return
+        if userns_remapped; then
+            return
+        fi
+        local restart="kill \$(cat $DOCKERD_PID) && setsid dockerd ${DOCKERD_ARGS[*]} --pidfile $DOCKERD_PID &"
+        printf '%ssetup: the running dockerd has no user namespace remap: container uid 1000 is host uid' \
+            "$RED" >&2
+        printf ' 1000 (%s)%s\n' "$(getent passwd 1000 | cut -d: -f1 || echo 'no user')" "$PLAIN" >&2
+        if [ "$(id -u)" -ne 0 ] || [ -n "$(docker ps -q)" ]; then
+            echo "setup: containers are running (or not root), so it is left alone; when they are done," \
+                "restart it as root: $restart (or run \`make setup\` again)" >&2
+            return
+        fi
+        stop_dockerd || {
+            echo "setup: cannot tell which process is dockerd (no pidfile); restart it yourself:" \
+                "$restart" >&2
+            return
+        }
     fi
     need_root "starting dockerd"
-    say "starting dockerd (no bridge, no iptables; log: $DOCKERD_LOG)"
-    setsid dockerd --bridge=none --iptables=false --ip-masq=false --pidfile "$DOCKERD_PID" \
-        >"$DOCKERD_LOG" 2>&1 </dev/null &
+    say "starting dockerd (${DOCKERD_ARGS[*]}; log: $DOCKERD_LOG)"
+    setsid dockerd "${DOCKERD_ARGS[@]}" --pidfile "$DOCKERD_PID" >"$DOCKERD_LOG" 2>&1 </dev/null &
     local pid=$! waited=0
     until docker info >/dev/null 2>&1; do
         if ! kill -0 "$pid" 2>/dev/null; then
@@ -73,7 +135,8 @@ docker_daemon() {
         sleep 1
         waited=$((waited + 1))
     done
-    say "dockerd answers after ${waited}s"
+    userns_remapped || die "dockerd started without a user namespace remap; its log: $DOCKERD_LOG"
+    say "dockerd answers after ${waited}s ($(grep '^dockremap:' /etc/subuid || echo 'no dockremap range'))"
 }
 
 pick_python() {
