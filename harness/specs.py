@@ -10,7 +10,8 @@ A spec file is TOML, one per repository, named like SWE-bench's instance prefix:
     packages = ["pytest==7.4.4", "Werkzeug==2.3.7", "flit_core<4"]
 
 Built-in specs live in ``images/swebench/``; ``--specs DIR|FILE`` adds others (searched first; a repo found
-there replaces the built-in file). Without a ``[versions]`` table the defaults cover every version.
+there replaces the built-in file). Without a ``[versions]`` table the defaults cover every version; a version
+the table lacks gets the derived spec (``upstream_specs.py``) when the repo is known there.
 ``repo`` may be a glob (``repo = "envfarm/*"``: one spec for a family of repos); a file naming the repo
 exactly wins over any pattern, and among patterns the first file searched wins.
 
@@ -159,11 +160,13 @@ class SpecCatalog:
         found = self.files.get(repo) or next(
             (f for pattern, f in self.files.items() if fnmatch.fnmatchcase(repo, pattern)), None
         )
-        if found is None:
-            from .upstream_specs import derive  # no spec file: swebench's table or envfarm's FACTS
+        missing = found is not None and found[1].versions is not None and version not in found[1].versions
+        if found is None or missing:
+            from .upstream_specs import derive  # swebench's table or envfarm's FACTS
 
             if (derived := derive(repo, version)) is not None:
                 return derived
+        if found is None:
             raise SpecNotFound(
                 f"no environment spec for {repo} {version}{who}: write {spec_path(repo, self.builtin)} "
                 f'with repo = "{repo}" and a [versions."{version}"] table (python, packages, install; '

@@ -8,9 +8,12 @@ tests run on the rest of the patch; ``flag`` leaves the file and marks the insta
 reproduces SWE-bench (for comparisons only). Paths outside the repository or inside ``.git`` are always
 refused: the patch is not applied at all. The per-instance report lists each :class:`Finding`.
 
-What the rules cannot catch: code in the patched package itself runs inside the test process and could
-still forge results (for pytest-dev/pytest the package *is* the runner). The log markers swebench's parsers
-rely on are neutralised in the captured output (run.py), so printed markers cannot cut the parsed region.
+What the rules cannot catch: code in the patched package itself runs inside the test process and can
+rewrite the test framework in memory or print a fake run and exit (for pytest-dev/pytest the package *is*
+the runner). The general defence against that is ``canary.py`` (tests the patch cannot know, checked in
+every graded run); the rules here stop the cheap, file-level forgeries before the tests run. The log
+markers swebench's parsers rely on are neutralised in the captured output (run.py), so printed markers
+cannot cut the parsed region.
 """
 
 from __future__ import annotations
@@ -45,8 +48,9 @@ RULES: dict[str, str] = {
     "unsafe-path": "a path outside the repository or inside .git (the patch is refused, not applied)",
     "symlink": "creates or changes a symbolic link (could redirect test files or configs)",
     "conftest": "adds, changes or removes a conftest.py anywhere (pytest hooks can rewrite outcomes)",
-    "pytest-config": "pytest.ini/tox.ini, setup.cfg [tool:pytest]/[pytest], pyproject [tool.pytest*]: "
-    "test options such as addopts (-p plugins), python_files, testpaths, filterwarnings",
+    "pytest-config": "pytest.toml/.pytest.toml (pytest 9), pytest.ini/.pytest.ini, tox.ini, setup.cfg "
+    "[tool:pytest]/[pytest], pyproject [tool.pytest*], anywhere in the tree: test options such as addopts "
+    "(-p plugins), python_files, testpaths, filterwarnings",
     "pytest-plugin": "registers a pytest plugin: a pytest11 entry point (setup.py/setup.cfg/pyproject) or "
     "installed metadata (*.egg-info, *.dist-info)",
     "startup-hook": "sitecustomize.py, usercustomize.py or a .pth file (code run at interpreter start)",
@@ -76,7 +80,9 @@ SHADOWED = frozenset(
 )
 TEST_DIRS = frozenset({"tests", "testing"})
 _TEST_NAME = re.compile(r"^(test_.*|.*_test|tests)\.py$")
-CONFIG_FILES = ("setup.cfg", "pyproject.toml", "setup.py", "tox.ini", "pytest.ini", ".pytest.ini")
+PYTEST_FILES = ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "tox.ini")
+"""Files pytest reads as a whole for its options (any pytest version up to 9)."""
+CONFIG_FILES = ("setup.cfg", "pyproject.toml", "setup.py", *PYTEST_FILES)
 
 
 @dataclass(frozen=True)
@@ -175,7 +181,7 @@ def _config_rule(
     path: str, change: FileChange | None, texts: tuple[str | None, str | None] | None, static: bool
 ) -> tuple[str, str] | None:
     name = posixpath.basename(path)
-    if name in ("tox.ini", "pytest.ini", ".pytest.ini"):
+    if name in PYTEST_FILES:
         return "pytest-config", name
     if texts is not None:
         old, new = texts
