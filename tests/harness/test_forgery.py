@@ -39,7 +39,9 @@ class Grader:
 
     async def grade(self, patch: str, policy: Policy, canaries: bool) -> InstanceReport:
         limits = sandbox_limits(1.0, 1024, 256, 512, self.repo_bytes, 60)
-        att = await run_attempt(self.backend, self.image, limits, self.plan, patch, policy, 60, canaries=canaries)
+        att = await run_attempt(
+            self.backend, self.image, limits, self.plan, patch, policy, 60, canaries=canaries
+        )
         assert att.result == "graded", (att.result, att.message, att.steps)
         inst = self.plan.instance
         return await asyncio.to_thread(

@@ -18,7 +18,13 @@ def test_every_lite_row_plans(lite: list[Instance]) -> None:
     plans, errors = plan_all(lite, SpecCatalog())
     assert len(plans) == 300 and not errors, errors
     files = {p.instance.repo for p in plans if not isinstance(p.env, DerivedEnvSpec)}
-    assert files == {"pallets/flask"}, "images/swebench/ ships the flask spec; the rest is derived"
+    assert files == {"pallets/flask", "sympy/sympy"}, "images/swebench/ ships these; the rest is derived"
+    sympy = {
+        p.instance.version
+        for p in plans
+        if p.instance.repo == "sympy/sympy" and not isinstance(p.env, DerivedEnvSpec)
+    }
+    assert sympy == {"1.12", "1.13"}, "versions the sympy file lacks fall back to the derived spec"
     for plan in plans:
         inst = plan.instance
         command = eval_script_command(inst.eval_script)

@@ -41,7 +41,7 @@ def test_lite_rows_plan_with_a_python_a_suite_and_the_rows_install(lite: list[In
         assert {"setuptools", "wheel"} <= set(env.packages)
         per_suite[(env.requires_python, env.suite)] += 1
     assert per_suite == {
-        ("3.9", "bullseye"): 164,
+        ("3.9", "bullseye"): 159,  # + 5 sympy 1.12/1.13 rows with a spec file (images/swebench/)
         ("3.6", "bullseye"): 77,
         ("3.11", "bookworm"): 31,
         ("3.8", "bullseye"): 20,
