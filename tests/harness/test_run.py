@@ -7,6 +7,9 @@ half a minute on two cores) and found again by later sessions; each instance the
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -51,6 +54,7 @@ def run(
     out: Path,
     names: tuple[str, ...],
     events: list[Event] | None = None,
+    patches: dict[str, str] | None = None,
     **cfg: object,
 ) -> RunReport:
     source, base, specs = toy
@@ -58,7 +62,7 @@ def run(
     options: dict[str, object] = {"run_id": "r1", "max_workers": 3, "timeout_s": 60, **cfg}
     config = HarnessConfig(report_dir=out, repo_source=source, specs=(specs,), **options)  # type: ignore[arg-type]
     sink = events if events is not None else []
-    return asyncio.run(evaluate(insts, predictions(insts), config, progress=sink.append))
+    return asyncio.run(evaluate(insts, predictions(insts, patches), config, progress=sink.append))
 
 
 @pytest.fixture(scope="module")
@@ -151,6 +155,50 @@ def test_oom_killed_tests_are_a_model_failure(toy: tuple[Path, str, Path], tmp_p
     report = result.reports["envfarm-tests__calc-oom"]
     assert report.error_kind is ErrorKind.OOM and not report.infra_error and report.attempts == 1
     assert not result.summary.infra_failure_ids and not result.summary.timeout_ids
+
+
+def test_test_output_brought_back_is_capped(toy: tuple[Path, str, Path], tmp_path: Path) -> None:
+    """A patch that prints megabytes costs the host at most the cap; the summary at the end survives."""
+    chatty = PATCHES["gold"].replace("+    return a * b", "+    print('x' * (3 << 20))\n+    return a * b")
+    chatty = chatty.replace("@@ -3,8 +3,8 @@", "@@ -3,8 +3,9 @@")
+    result = run(toy, tmp_path, ("chatty",), patches={"chatty": chatty}, output_cap_mb=1)
+    report = result.reports["envfarm-tests__calc-chatty"]
+    assert report.resolved, report
+    assert report.extra["output_cut_bytes"] > 2 << 20
+    log = (tmp_path / "r1" / "toy__model" / "envfarm-tests__calc-chatty" / "test_output.txt").read_text()
+    assert len(log) < (1 << 20) + 4096 and "bytes of test output cut here" in log
+
+
+def test_a_killed_sandbox_is_an_infra_error_retried(toy: tuple[Path, str, Path], tmp_path: Path) -> None:
+    """A sandbox killed from outside during the tests is the infrastructure's fault: retried, then an
+    infra error (never a model failure, never a verdict)."""
+    import docker
+
+    client = docker.from_env()
+    stop = threading.Event()
+    killed: set[str] = set()
+
+    def killer() -> None:
+        label = "envfarm.harness.instance=envfarm-tests__calc-loop"
+        while not stop.is_set():
+            for c in client.containers.list(filters={"label": label}):
+                if c.id not in killed:
+                    time.sleep(1.0)  # let it reach the tests
+                    with contextlib.suppress(docker.errors.APIError):
+                        c.kill()
+                    killed.add(c.id)
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    try:
+        result = run(toy, tmp_path, ("loop",), timeout_s=60)
+    finally:
+        stop.set()
+        thread.join()
+    report = result.reports["envfarm-tests__calc-loop"]
+    assert report.error_kind is ErrorKind.SANDBOX and report.infra_error and report.attempts == 2, report
+    assert len(killed) >= 2
 
 
 def test_a_failing_image_build_is_an_infra_error_retried_once(
