@@ -68,9 +68,17 @@ class Limits:
     """Captured bytes per stream per command; the rest is dropped and ``truncated`` is set."""
     timeout_s: float = 60.0
     """Default timeout of one command; its whole process tree is killed past it."""
+    shm_mb: int = 64
+    """Size cap of /dev/shm, a tmpfs of its own whose pages count toward ``memory_mb``. 64 MiB is Docker's
+    default: enough for POSIX semaphores and multiprocessing queues; raise it for programs that pass big
+    buffers through shared memory (torch DataLoader workers)."""
+    open_files: int = 4096
+    """Open file descriptors per process (RLIMIT_NOFILE, soft = hard): a descriptor leak in the policy's
+    code fails with EMFILE instead of pinning host kernel memory."""
 
     def __post_init__(self) -> None:
-        for name in ("cpus", "memory_mb", "pids", "disk_mb", "output_bytes", "timeout_s"):
+        for name in ("cpus", "memory_mb", "pids", "disk_mb", "output_bytes", "timeout_s", "shm_mb",
+                     "open_files"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"Limits.{name} must be positive, got {getattr(self, name)!r}")
         if self.memory_mb < 32:

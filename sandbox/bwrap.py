@@ -2,16 +2,20 @@
 
 One sandbox is one process tree, started like this (the host runs as root):
 
-    /bin/sh -c JOIN_SCRIPT ...            root: join the sandbox cgroup, ulimit -c 0 -f <disk_mb + 1 MiB>
+    /bin/sh -c JOIN_SCRIPT ...            root: join the sandbox cgroup; ulimit -c 0, -f <disk_mb + 1 MiB>,
+                                          -n <open_files>
       exec setpriv --reuid=U ...          drop to the dedicated unprivileged host uid U, no caps at all
-        exec bwrap --unshare-all ...      user/pid/net/ipc/uts/cgroup namespaces, read-only rootfs at /
+        exec bwrap --unshare-all ...      user/pid/net/ipc/uts/cgroup namespaces, read-only rootfs at /,
+                                          the seccomp filter (--seccomp FD)
           python3 -I -c AGENT             uid 1000 inside (= U outside), in /workspace
 
-Isolation: the only host path inside is the rootfs, read-only; /workspace, /tmp and /dev/shm are tmpfs of
-``Limits.disk_mb`` each; /dev holds bwrap's minimal device set, read-only; only ``lo`` exists; no
-capabilities, no_new_privs, no nested user namespaces; no /sys at all (a bind of the host's would leak
-it). pids, memory (no swap) and cpu come from the cgroup (``sandbox/cgroups.py``), which the process joins
-before it execs anything, so nothing escapes it.
+Isolation: the only host path inside is the rootfs, read-only; /workspace and /tmp are tmpfs of
+``Limits.disk_mb`` each, /dev/shm one of ``Limits.shm_mb``; /dev holds bwrap's minimal device set,
+read-only; only ``lo`` exists; no capabilities, no_new_privs, no nested user namespaces; no /sys at all (a
+bind of the host's would leak it); Docker's default seccomp denials (``sandbox/seccomp.py``: keyrings,
+bpf, perf, io_uring, mounts, modules, new namespaces, ...; EPERM). pids, memory (no swap) and cpu come from
+the cgroup (``sandbox/cgroups.py``), which the process joins before it execs anything, so nothing escapes
+it.
 
 Why a dedicated host uid: bwrap run by root maps uid 1000 inside to host uid 0 (no capabilities, but still
 root on every file and process check). Run by an unprivileged uid it uses an unprivileged user namespace
@@ -44,6 +48,7 @@ from envfarm.errors import BackendUnavailable, ConfigError, ImageError, SandboxS
 from .agent_io import ProcessPipe, agent_argv, spawn_agent
 from .base import Backend, Handle, Limits, SandboxSpec
 from .cgroups import DEFAULT_PARENT, DEFAULT_ROOT, Cgroup, CgroupTree, cgroup_name
+from .seccomp import ensure_filter, seccomp_fd
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +61,14 @@ SMOKE_TIMEOUT_S = 20.0
 FIX = "run `make setup`"
 
 # Runs as root in the new child, before anything else: $1 = number of cgroup.procs files, then the files,
-# then the file-size cap in 512-byte blocks (POSIX sh units), then the command to exec.
+# then the file-size cap in 512-byte blocks (POSIX sh units), the open-files cap, then the command to exec.
 JOIN_SCRIPT = r"""n=$1; shift
 while [ "$n" -gt 0 ]; do
   echo $$ > "$1" || { echo "envfarm: cannot join cgroup $1" >&2; exit 125; }
   shift; n=$((n - 1))
 done
-ulimit -c 0 && ulimit -f "$1" || { echo "envfarm: cannot set rlimits" >&2; exit 125; }
-shift
+ulimit -c 0 && ulimit -f "$1" && ulimit -n "$2" || { echo "envfarm: cannot set rlimits" >&2; exit 125; }
+shift 2
 exec "$@"
 """
 
@@ -92,17 +97,20 @@ class BwrapConfig:
             raise ConfigError(f"bwrap cgroup_parent must be one folder name, got {self.cgroup_parent!r}")
 
 
-def bwrap_args(rootfs: Path, limits: Limits, command: Sequence[str], path: str = SANDBOX_PATH) -> list[str]:
-    """bwrap options for one sandbox, ending in ``command``."""
+def bwrap_args(rootfs: Path, limits: Limits, command: Sequence[str], path: str = SANDBOX_PATH,
+               seccomp_fd: int | None = None) -> list[str]:
+    """bwrap options for one sandbox, ending in ``command``; ``seccomp_fd``: the BPF program to load."""
     size, uid = str(limits.disk_mb << 20), str(AGENT_UID)
+    seccomp = [] if seccomp_fd is None else ["--seccomp", str(seccomp_fd)]
     return [
         "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+        *seccomp,
         "--as-pid-1",  # the agent is PID 1: signals from commands inside cannot reach it
         "--cap-drop", "ALL", "--clearenv",
         "--ro-bind", str(rootfs), "/",
         "--proc", "/proc",
         "--dev", "/dev",
-        "--perms", "01777", "--size", size, "--tmpfs", "/dev/shm",
+        "--perms", "01777", "--size", str(limits.shm_mb << 20), "--tmpfs", "/dev/shm",
         "--remount-ro", "/dev",
         "--perms", "0755", "--size", size, "--tmpfs", "/workspace",
         "--perms", "01777", "--size", size, "--tmpfs", "/tmp",
@@ -121,7 +129,7 @@ def host_argv(setpriv: str, bwrap: str, host_uid: int, procs_files: Sequence[str
     drop = [setpriv, f"--reuid={host_uid}", f"--regid={host_uid}", "--clear-groups", "--inh-caps=-all",
             "--bounding-set=-all", "--nnp", "--"]
     return ["/bin/sh", "-c", JOIN_SCRIPT, "envfarm-sandbox", str(len(procs_files)), *procs_files,
-            fsize_blocks, *drop, bwrap, *args]
+            fsize_blocks, str(limits.open_files), *drop, bwrap, *args]
 
 
 def check_rootfs(rootfs: Path, host_uid: int) -> Path:
@@ -249,6 +257,7 @@ class BwrapBackend(Backend):
             raise BackendUnavailable("bwrap backend: user namespaces are disabled "
                                      "(sysctl user.max_user_namespaces=0)", FIX)
         self._check_host_uid()
+        await asyncio.to_thread(ensure_filter)  # once per process; BackendUnavailable without libseccomp
         self._prepare_cgroups()
         rootfs = await self._resolve_rootfs(None)
         await self._smoke(rootfs)
@@ -277,15 +286,19 @@ class BwrapBackend(Backend):
     async def _smoke(self, rootfs: Path) -> None:
         """Run ``python3 -c pass`` in a throwaway sandbox without a cgroup: proves userns, uid and rootfs."""
         assert self._setpriv and self._bwrap
-        args = bwrap_args(rootfs, Limits(), [self.config.python, "-c", "pass"], self.config.path)
+        filter_fd = seccomp_fd()
+        args = bwrap_args(rootfs, Limits(), [self.config.python, "-c", "pass"], self.config.path, filter_fd)
         argv = host_argv(self._setpriv, self._bwrap, self.config.host_uid, [], Limits(), args)
         what = f"bwrap backend: a test sandbox on {rootfs}"
         try:
             proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
                                                         stdout=asyncio.subprocess.DEVNULL,
-                                                        stderr=asyncio.subprocess.PIPE, env=HOST_ENV, cwd="/")
+                                                        stderr=asyncio.subprocess.PIPE, env=HOST_ENV, cwd="/",
+                                                        pass_fds=(filter_fd,))
         except OSError as e:
             raise BackendUnavailable(f"{what} did not spawn: {e}", FIX) from e
+        finally:
+            os.close(filter_fd)
         try:
             async with asyncio.timeout(SMOKE_TIMEOUT_S):
                 _, err = await proc.communicate()
@@ -329,10 +342,14 @@ class BwrapBackend(Backend):
         except OSError as e:
             raise SandboxStartError(f"bwrap sandbox {spec.sandbox_id}: cannot create cgroup {name}: {e}; "
                                     "run `envfarm sandbox gc` if leftovers pile up") from e
-        args = bwrap_args(rootfs, spec.limits, agent_argv(cfg.python), cfg.path)
-        argv = host_argv(self._setpriv, self._bwrap, cfg.host_uid, cgroup.procs_files, spec.limits, args)
         try:
-            proc = await spawn_agent(argv, env=HOST_ENV, cwd="/")
+            filter_fd = seccomp_fd()  # BackendUnavailable without libseccomp: never run unfiltered
+            args = bwrap_args(rootfs, spec.limits, agent_argv(cfg.python), cfg.path, filter_fd)
+            argv = host_argv(self._setpriv, self._bwrap, cfg.host_uid, cgroup.procs_files, spec.limits, args)
+            try:
+                proc = await spawn_agent(argv, env=HOST_ENV, cwd="/", pass_fds=(filter_fd,))
+            finally:
+                os.close(filter_fd)  # the child has its copy; bwrap reads it before the agent starts
         except BaseException as e:
             cgroup.remove()
             if isinstance(e, OSError):
