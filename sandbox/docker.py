@@ -1,12 +1,20 @@
 """The ``docker`` backend: one locked-down container per sandbox, the agent reached over one exec stream.
 
 Each container runs the agent itself as its main process (PID 1, so commands inside cannot signal it)
-with no network (``network_mode="none"``), no capabilities, no-new-privileges, uid 1000, a read-only root,
-size-capped tmpfs on /workspace and /tmp, and pids/memory/CPU limits. The host talks to the agent over
-the container's stdin/stdout: ``POST /containers/{id}/attach`` upgraded to a raw stream on the daemon's
-unix socket before the container starts, read with asyncio (no host process and no thread per sandbox).
-When that stream closes the agent sees end of input and exits, and the container stops. The docker
-socket is never mounted into a container.
+with no network (``network_mode="none"``), no capabilities, no-new-privileges, Docker's default seccomp
+profile, uid 1000, a read-only root, size-capped tmpfs on /workspace and /tmp, a /dev/shm of
+``Limits.shm_mb``, pids/memory/CPU limits, an open-files cap (``Limits.open_files``), no core dumps, and no
+log driver (``none``: whatever the agent's stderr carries never reaches a host disk; the host reads the
+attach stream only).
+
+`make setup` starts dockerd with ``--userns-remap=default``: uid 1000 in a container is host uid 101000
+(dockremap's subordinate range in /etc/subuid), which no host user owns, so an escape lands as a nobody,
+like bwrap's dedicated host uid. ``check()`` warns when the daemon runs without it.
+
+The host talks to the agent over the container's stdin/stdout: ``POST /containers/{id}/attach`` upgraded
+to a raw stream on the daemon's unix socket before the container starts, read with asyncio (no host
+process and no thread per sandbox). When that stream closes the agent sees end of input and exits, and the
+container stops. The docker socket is never mounted into a container.
 
 Every container is labelled ``envfarm=1`` with its owner pid, host and run id; ``gc()`` (run once per
 process at first use, and by ``envfarm sandbox gc``) removes containers whose owner process is gone, and an
@@ -39,6 +47,15 @@ PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 FRAME = struct.Struct(">BxxxL")  # docker's multiplexed stream header: stream id, payload size
 STDOUT, STDERR = 1, 2
 _gc_done = False
+_remap_warned = False
+
+
+def userns_remapped() -> bool:
+    """True when the daemon maps container uids to a subordinate range (``dockerd --userns-remap``).
+
+    Raises BackendUnavailable when the daemon does not answer."""
+    options = client().info().get("SecurityOptions") or []
+    return any(o == "name=userns" or o.startswith("name=userns,") for o in options)
 
 
 def _socket_path() -> str:
@@ -153,7 +170,12 @@ class DockerBackend(Backend):
         self.runtime = runtime
 
     async def check(self) -> None:
-        await asyncio.to_thread(client)
+        global _remap_warned
+        if not await asyncio.to_thread(userns_remapped) and not _remap_warned:
+            _remap_warned = True
+            uid = config.AGENT_UID
+            log.warning("the docker daemon runs without --userns-remap: uid %d in a container is host uid "
+                        "%d; run `make setup` to restart it with the remap", uid, uid)
 
     async def _open(self, spec: SandboxSpec) -> Handle:
         await self._gc_once()
@@ -189,7 +211,10 @@ class DockerBackend(Backend):
             },
             init=False,  # the agent is PID 1 (see the module docstring)
             runtime=self.runtime,
-            ulimits=[{"Name": "core", "Soft": 0, "Hard": 0}],
+            ulimits=[{"Name": "core", "Soft": 0, "Hard": 0},
+                     {"Name": "nofile", "Soft": lim.open_files, "Hard": lim.open_files}],
+            shm_size=lim.shm_mb << 20,
+            log_config={"Type": "none", "Config": {}},
         )
         labels = {config.LABEL: "1", **{f"envfarm.{k}": v for k, v in config.owner().items()}}
         labels.update(spec.labels)
@@ -274,4 +299,4 @@ def _remove_own_containers() -> None:
 
 atexit.register(_remove_own_containers)
 
-__all__ = ["DockerBackend", "ImageNotFound"]
+__all__ = ["DockerBackend", "ImageNotFound", "userns_remapped"]

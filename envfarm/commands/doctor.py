@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -15,8 +16,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from envfarm import config
 from envfarm.errors import FarmError
 from envfarm.sandbox import dockerutil, images
+from envfarm.sandbox.docker import userns_remapped
+from envfarm.sandbox.seccomp import ensure_filter
 
 SETUP = "make setup"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -35,7 +39,8 @@ class Check:
 
 
 def doctor() -> None:
-    """Check python, docker, bubblewrap, cgroups, debootstrap and the images; exit 1 if any is missing."""
+    """Check python, docker (and its userns remap), bubblewrap (and seccomp), cgroups, debootstrap and the
+    images; exit 1 if any is missing."""
     checks = run_checks()
     table = Table("check", "status", "detail", "fix", title="envfarm doctor")
     for c in checks:
@@ -53,7 +58,9 @@ def run_checks() -> list[Check]:
         _python(),
         _docker_client(),
         daemon,
+        _userns_remap(daemon.ok),
         _bwrap(),
+        _seccomp(),
         *(_cgroup(ctrl) for ctrl in CGROUP_CONTROLLERS),
         _tool("debootstrap", "debootstrap", "--version"),
         *_images(daemon.ok),
@@ -80,6 +87,48 @@ def _daemon() -> Check:
     except Exception as e:  # the daemon answered ping; any failure here is only cosmetic
         version = f"? ({e})"
     return Check("docker daemon", True, f"answers, version {version}", SETUP)
+
+
+def _userns_remap(daemon_ok: bool) -> Check:
+    """Containers' uids must map to a subordinate range, not to host users (``dockerd --userns-remap``)."""
+    fix = f"{SETUP} (restarts an idle dockerd with --userns-remap=default)"
+    if not daemon_ok:
+        return Check("docker userns remap", False, f"cannot tell: {dockerutil.NO_DAEMON}", fix)
+    try:
+        remapped = userns_remapped()
+    except (FarmError, docker.errors.DockerException) as e:
+        return Check("docker userns remap", False, f"cannot tell: {e}", fix)
+    uid = config.AGENT_UID
+    if not remapped:
+        owner = _passwd_name(uid)
+        detail = f"off: container uid {uid} is host uid {uid}" + (f" ({owner})" if owner else "")
+        return Check("docker userns remap", False, detail, fix)
+    ranges = [line.split(":") for line in _read("/etc/subuid").splitlines() if line.startswith("dockremap:")]
+    start = int(ranges[0][1]) if ranges and ranges[0][1].isdigit() else None
+    where = f"host uid {start + uid}" if start is not None else "a subordinate uid"
+    return Check("docker userns remap", True, f"on: container uid {uid} is {where} (dockremap)", fix)
+
+
+def _seccomp() -> Check:
+    try:
+        size = ensure_filter()
+    except FarmError as e:
+        return Check("seccomp (bwrap)", False, str(e), "apt-get install libseccomp2")
+    return Check("seccomp (bwrap)", True, f"libseccomp filter compiled ({size // 8} instructions)", SETUP)
+
+
+def _passwd_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return ""
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
 
 
 def _tool(name: str, exe: str, *version_args: str) -> Check:

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pwd
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
+from envfarm.commands.doctor import run_checks
 from envfarm.errors import BackendUnavailable
 from envfarm.sandbox import Limits, dockerutil, get_backend
+from envfarm.sandbox.docker import userns_remapped
 
 pytestmark = pytest.mark.docker
 
@@ -26,9 +30,43 @@ async def test_container_is_locked_down_and_labelled() -> None:
     assert host["PidsLimit"] == 50 and host["Memory"] == 256 << 20 and host["NanoCpus"] == 500_000_000
     assert "size=32m" in host["Tmpfs"]["/workspace"] and not host["Binds"] and not info["Mounts"]
     assert info["Config"]["User"] == "1000:1000"
+    assert host["LogConfig"] == {"Type": "none", "Config": {}}  # nothing a sandbox prints lands on host disk
+    assert host["ShmSize"] == Limits().shm_mb << 20
+    ulimits = {u["Name"]: (u["Soft"], u["Hard"]) for u in host["Ulimits"]}
+    assert ulimits == {"core": (0, 0), "nofile": (Limits().open_files, Limits().open_files)}
     labels = info["Config"]["Labels"]
     assert labels["envfarm"] == "1" and labels["envfarm.owner_pid"] == str(os.getpid())
     assert labels["envfarm.run_id"]
+
+
+def host_view(pid: int, names: list[str]) -> tuple[set[int], set[int]]:
+    """Host-side owners of /workspace files of the container whose PID 1 is host ``pid``, and its uids."""
+    root = Path(f"/proc/{pid}/root/workspace")
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    uid_line = next(line for line in status if line.startswith("Uid:"))
+    return {(root / name).stat().st_uid for name in names}, {int(u) for u in uid_line.split()[1:]}
+
+
+async def test_sandbox_uids_belong_to_no_host_user() -> None:
+    """Under `dockerd --userns-remap` (make setup) uid 1000 inside is a subordinate uid outside: a file the
+    agent creates in /workspace (a tmpfs, no bind mount) and the agent process itself belong to no entry of
+    the host's /etc/passwd, so a sandbox escape lands as a nobody."""
+    assert userns_remapped(), "dockerd runs without --userns-remap; run `make setup`"
+    host_uids = {p.pw_uid for p in pwd.getpwall()}
+    async with get_backend("docker").open() as sb:
+        await sb.write_file("/workspace/made-inside", "x")
+        await sb.exec("touch /workspace/touched", check=True)
+        cid = sb._handle.container_id  # type: ignore[attr-defined]
+        pid = (await asyncio.to_thread(dockerutil.client().api.inspect_container, cid))["State"]["Pid"]
+        file_uids, proc_uids = await asyncio.to_thread(host_view, pid, ["made-inside", "touched"])
+    assert len(file_uids) == 1 and len(proc_uids) == 1 and file_uids == proc_uids
+    assert not file_uids & host_uids, f"sandbox files belong to host user(s) {file_uids & host_uids}"
+    assert min(file_uids) >= 100000  # shadow's SUB_UID_MIN: where /etc/subuid ranges start
+
+
+def test_doctor_reports_the_userns_remap() -> None:
+    row = next(c for c in run_checks() if c.name == "docker userns remap")
+    assert row.ok and row.detail.startswith("on: container uid 1000 is host uid "), row
 
 
 async def test_gc_removes_containers_of_a_killed_owner() -> None:

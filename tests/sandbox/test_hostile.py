@@ -56,6 +56,22 @@ async def test_disk_fill_stops_at_the_workspace_cap(isolated_backend: Backend) -
         await assert_healthy(isolated_backend, sb)
 
 
+async def test_shm_and_open_files_are_capped(isolated_backend: Backend) -> None:
+    async with isolated_backend.open(limits=Limits(shm_mb=8, open_files=256, memory_mb=256)) as sb:
+        res = await sb.exec("dd if=/dev/zero of=/dev/shm/fill bs=1M count=100", timeout=30)
+        assert res.exit_code != 0 and "No space left" in res.stderr, res
+        assert int((await sb.exec("stat -c %s /dev/shm/fill")).stdout) <= 8 << 20
+        limits = (await sb.exec("grep 'Max open files' /proc/self/limits", check=True)).stdout.split()
+        assert limits[3:5] == ["256", "256"], limits  # soft and hard
+        leak = "import os\nfds = []\ntry:\n    while True: fds.append(os.open('/dev/null', os.O_RDONLY))\n" \
+               "except OSError as e: print(e.errno, len(fds))"
+        res = await sb.exec(["python3", "-c", leak])
+        errno_, opened = res.stdout.split()
+        assert errno_ == "24" and int(opened) < 256  # EMFILE
+        assert (await sb.exec("ulimit -n 100000")).exit_code != 0  # the hard cap cannot be raised
+        await assert_healthy(isolated_backend, sb)
+
+
 async def test_huge_output_is_truncated_not_buffered(isolated_backend: Backend) -> None:
     async with isolated_backend.open() as sb:
         res = await sb.exec("head -c 300000000 /dev/urandom", timeout=120)
