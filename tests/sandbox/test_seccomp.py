@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from envfarm.sandbox import Backend, Limits, Sandbox
-from envfarm.sandbox.bwrap import DEFAULT_HOST_UID, HOST_ENV, bwrap_args, host_argv
+from envfarm.errors import BackendUnavailable
+from envfarm.sandbox import Backend, Limits, Sandbox, seccomp
+from envfarm.sandbox.bwrap import DEFAULT_HOST_UID, HOST_ENV, BwrapBackend, bwrap_args, host_argv
 from envfarm.sandbox.seccomp import RULES, compile_bpf
 
 pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="syscall numbers are x86_64's")
@@ -212,3 +213,17 @@ async def test_without_the_filter_the_witnesses_answer_otherwise() -> None:
     for (name, _, _), (rc, err) in zip(calls, json.loads(out), strict=True):
         assert (rc, err) != (-1, errno.EPERM), f"{name} is EPERM even without the filter: not a witness"
     assert {name for name, _, _ in calls} == set(WITNESSES)
+
+
+@pytest.mark.bwrap
+async def test_without_libseccomp_bwrap_refuses_to_run_unfiltered(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(seccomp, "LIBRARY", "libseccomp-missing.so.2")
+    monkeypatch.setattr(seccomp, "_cached", None)
+    backend = BwrapBackend()
+    with pytest.raises(BackendUnavailable, match=r"libseccomp.*apt-get install libseccomp2"):
+        await backend.check()
+    with pytest.raises(BackendUnavailable, match=r"apt-get install libseccomp2"):
+        async with backend.open():
+            pass
+    assert backend.live == 0
+    await backend.aclose()
