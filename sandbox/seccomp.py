@@ -10,7 +10,8 @@ capabilities. Blocked calls fail with EPERM (clone3 with ENOSYS); none kills the
     bpf             bpf                                              kernel programs; verifier bugs
     perf            perf_event_open                                  kernel address/side-channel leaks, CVEs
     userfaultfd     userfaultfd                                      stalls kernel copies: race exploits
-    io_uring        io_uring_setup/_enter/_register                  its ops bypass seccomp; many CVEs
+    io_uring        io_uring_setup/_enter/_register                  its ops bypass seccomp; many CVEs (Docker
+                                                                     20.10 allows it; later releases deny it)
     mount           mount umount2 umount pivot_root fsopen fsmount   reshape the filesystem view
                     fsconfig fspick open_tree move_mount mount_setattr
     kexec           kexec_load kexec_file_load                       replace the running kernel
@@ -25,13 +26,13 @@ capabilities. Blocked calls fail with EPERM (clone3 with ENOSYS); none kills the
                     _sysctl create_module query_module get_kernel_syms
     x86 legacy      vm86 vm86old iopl ioperm                         raw hardware access
     clock           settimeofday stime clock_settime clock_adjtime   the host clock is not namespaced
-                    adjtimex (Docker allows adjtimex; we deny it)
+                    adjtimex (Docker allows clock_adjtime and adjtimex: read-only without CAP_SYS_TIME)
     numa            mbind migrate_pages move_pages set_mempolicy     NUMA policy (Docker: CAP_SYS_NICE only)
                     get_mempolicy set_mempolicy_home_node
     ptrace-ish      kcmp (ptrace and process_vm_* stay allowed, as in Docker on kernels >= 4.8)
 
-Not copied from Docker: its ``personality`` argument filter (the flags it guards are harmless without
-privileges) and its allow list itself (a deny list keeps new, harmless syscalls working).
+Not copied from Docker: its ``personality`` argument filter (a persona only changes how the caller itself
+runs) and its allow list itself (a deny list keeps new, harmless syscalls working).
 
 Architectures: the rules are added for the native architecture and, on x86_64, for i386 and x32 too (as
 Docker does), so a 32-bit ``int 0x80`` or an x32 syscall number meets the same rules; a syscall of any
