@@ -114,8 +114,8 @@ def write_harness_run(report_dir: Path) -> Path:
     for inst in instances:
         patch, log = cases[inst.instance_id]
         if log is None:
-            report = error_report(inst.instance_id, HARNESS_MODEL, ErrorKind.TIMEOUT,
-                                  "the tests ran past 60s (twice)", attempts=2)
+            report = error_report(inst.instance_id, HARNESS_MODEL, ErrorKind.ENV_TIMEOUT,
+                                  "the tests ran past 60s and so does the unpatched base", attempts=2)
         else:
             report = grade(inst, log, model_patch=patch, model_name_or_path=HARNESS_MODEL)
         folder.write_artifacts(inst.instance_id, Artifacts(

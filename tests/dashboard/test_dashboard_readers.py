@@ -150,7 +150,7 @@ def test_harness_run_reads_the_harness_reports(runs: Path) -> None:
     assert rows["envfarm-tests__calc-2"]["f2p"] == [1, 2] and rows["envfarm-tests__calc-2"]["status"] == \
         "RESOLVED_PARTIAL"
     assert rows["envfarm-tests__calc-3"]["tamper"] == ["conftest"]
-    assert rows["envfarm-tests__calc-4"]["error_kind"] == "timeout" and rows["envfarm-tests__calc-4"]["infra"]
+    assert rows["envfarm-tests__calc-4"]["error_kind"] == "env_timeout" and rows["envfarm-tests__calc-4"]["infra"]
     inst = run.instance("envfarm-tests__calc-3")
     assert inst is not None and inst["findings"][0]["rule"] == "conftest"
     assert "conftest.py" in inst["findings"][0]["rule_text"]
