@@ -87,10 +87,11 @@ def plant(module: str, text: str, style: Style, rng: Random | None = None,
     kinds = [True] * count[0] + [False] * count[1]
     rng.shuffle(kinds)
     canaries = tuple(Canary(_name(rng, taken), must, module) for must in kinds)
+    anchors = _anchors(text)
     if style == "unittest":
-        block = _unittest_block(canaries, rng, taken)
+        block = _unittest_block(canaries, rng, taken, anchors)
     else:
-        block = "".join(_function(c, rng) for c in canaries)
+        block = "".join(_function(c, rng, anchors) for c in canaries)
     return Planting(canaries, _insert(text, block, rng))
 
 
@@ -158,9 +159,29 @@ def _name(rng: Random, taken: set[str]) -> str:
             return name
 
 
-def _body(must_pass: bool, rng: Random, indent: str) -> str:
-    """Statements that raise AssertionError unless ``must_pass`` (no assert: -O must not change them)."""
+def _anchors(text: str) -> list[str]:
+    """Names the module binds with top-level imports (what its real tests use), ``__future__`` aside."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return []
+    names = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names += [a.asname or a.name.split(".")[0] for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            names += [a.asname or a.name for a in node.names if a.name != "*"]
+    return sorted(set(names))
+
+
+def _body(must_pass: bool, rng: Random, indent: str, anchors: Sequence[str]) -> str:
+    """Statements that raise AssertionError unless ``must_pass`` (no assert: -O must not change them).
+
+    The first line touches a name the module imported (a real test's dependency) without changing the
+    result, so a forger cannot tell canaries from real tests by which globals their code names."""
+    zero = f"len(type({rng.choice(anchors)}).__name__) * 0" if anchors else 'len("".join([]))'
     kind = rng.randrange(3)
+    lines = [f"zero = {zero}"]
     if kind == 0:
         word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randrange(8, 16)))
         mod, mul = rng.choice((1000003, 999983, 65521)), rng.choice((31, 131, 257))
@@ -168,32 +189,33 @@ def _body(must_pass: bool, rng: Random, indent: str) -> str:
         for ch in word:
             acc = (acc * mul + ord(ch)) % mod
         want = acc if must_pass else (acc + rng.randrange(1, 7)) % mod
-        lines = ["acc = 0", f"for ch in {word!r}:", f"    acc = (acc * {mul} + ord(ch)) % {mod}",
-                 f"if acc != {want}:", "    raise AssertionError(acc)"]
+        lines += ["acc = zero", f"for ch in {word!r}:", f"    acc = (acc * {mul} + ord(ch)) % {mod}",
+                  f"if acc != {want}:", "    raise AssertionError(acc)"]
     elif kind == 1:
         n, m = rng.randrange(20, 60), rng.randrange(7, 97)
         total = sum(i * i % m for i in range(n))
         want = total if must_pass else total + rng.choice((-2, -1, 1, 2))
-        lines = [f"total = sum(i * i % {m} for i in range({n}))", f"if total != {want}:",
-                 "    raise AssertionError(total)"]
+        lines += [f"total = zero + sum(i * i % {m} for i in range({n}))", f"if total != {want}:",
+                  "    raise AssertionError(total)"]
     else:
         items = [rng.randrange(100) for _ in range(rng.randrange(5, 9))]
         want = sorted(items)
         if not must_pass:
             i = rng.randrange(len(want) - 1)
             want[i], want[i + 1] = want[i + 1], want[i] + (0 if want[i] != want[i + 1] else 1)
-        lines = [f"got = sorted({items!r})", f"if got != {want!r}:", "    raise AssertionError(got)"]
+        lines += [f"got = sorted({items!r})[zero:]", f"if got != {want!r}:", "    raise AssertionError(got)"]
     return "".join(f"{indent}{line}\n" for line in lines)
 
 
-def _function(c: Canary, rng: Random) -> str:
-    return f"\n\ndef {c.name}():\n{_body(c.must_pass, rng, '    ')}"
+def _function(c: Canary, rng: Random, anchors: Sequence[str]) -> str:
+    return f"\n\ndef {c.name}():\n{_body(c.must_pass, rng, '    ', anchors)}"
 
 
-def _unittest_block(canaries: Sequence[Canary], rng: Random, taken: set[str]) -> str:
+def _unittest_block(canaries: Sequence[Canary], rng: Random, taken: set[str], anchors: Sequence[str]) -> str:
     alias = _name(rng, taken).replace("test_", "_ut_", 1)
     cls = "".join(w.title() for w in _name(rng, taken).split("_")[1:3]) + "Tests"
-    methods = "".join(f"\n    def {c.name}(self):\n{_body(c.must_pass, rng, '        ')}" for c in canaries)
+    methods = "".join(f"\n    def {c.name}(self):\n{_body(c.must_pass, rng, '        ', anchors)}"
+                      for c in canaries)
     return f"\n\nimport unittest as {alias}\n\n\nclass {cls}({alias}.TestCase):{methods}"
 
 

@@ -115,3 +115,19 @@ def test_module_choice_prefers_files_the_command_names() -> None:
     assert order == ["tests/test_b.py", "tests/test_a.py"]
     assert canary.style_for("parse_log_django") == "unittest"
     assert canary.style_for("parse_log_sympy") == canary.style_for("parse_log_pytest") == "function"
+
+
+@pytest.mark.parametrize("style", ["function", "unittest"])
+def test_canary_code_names_a_module_import_like_real_tests(style: str) -> None:
+    """A forger that flips only failures of tests naming something beyond builtins (bench/exploits.py's
+    *-selective variants) must flip the canaries too."""
+    import builtins
+
+    planting = canary.plant("t.py", MODULE, style, Random(3))
+    space: dict[str, object] = {}
+    exec(compile(planting.text, "t.py", "exec"), space)
+    for c in planting.canaries:
+        holder = next(v for v in space.values() if hasattr(v, c.name)) if style == "unittest" else None
+        fn = getattr(holder, c.name) if holder is not None else space[c.name]
+        names = fn.__code__.co_names  # type: ignore[attr-defined]
+        assert "os" in names and any(not hasattr(builtins, n) for n in names), names
