@@ -125,7 +125,7 @@ def completeness(expected: Sequence[str], status: Mapping[str, str], resolve: Re
         key = resolve(name, status)
         if key is None:
             missing.append(name)
-        elif counts.get(key, 0) > 1:
+        elif counts.get(key, 0) > 1 and not _cut(key):
             repeated.append(f"{name} (x{counts[key]})")
     findings = []
     if missing:
@@ -135,6 +135,11 @@ def completeness(expected: Sequence[str], status: Mapping[str, str], resolve: Re
         findings.append(Finding("missing-tests", "(test results)", "flagged",
                                 f"{len(repeated)} test(s) reported more than once: {_few(repeated)}"))
     return findings
+
+
+def _cut(key: str) -> bool:
+    """A parametrized id the parser cut at a space (``test_f[a("x",``): distinct tests can share it."""
+    return key.count("[") > key.count("]")
 
 
 def line_counts(log: str, parse: Callable[[str], Mapping[str, str]]) -> Counter[str]:
@@ -220,18 +225,22 @@ def _unittest_block(canaries: Sequence[Canary], rng: Random, taken: set[str], an
 
 
 def _insert(text: str, block: str, rng: Random) -> str:
-    """``block`` before a random top-level def/class (after the imports that precede it), or at the end."""
+    """``block`` before a random top-level test function or class (else any def/class; at the end only
+    when the module has neither or does not parse). Never after the last test: sympy's verbose runner prints
+    a file's ``[OK]``/``[FAIL]`` on the line of its last test, where swebench's parser no longer sees it."""
     lines = text.splitlines(keepends=True)
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
         tree = None
-    spots = [len(lines)]
-    if tree is not None:
-        for node in tree.body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-                spots.append(first - 1)
+    defs = [
+        node
+        for node in (tree.body if tree is not None else [])
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    ]
+    tests = [d for d in defs if d.name.lower().startswith("test")]
+    spots = [min([d.lineno, *(x.lineno for x in d.decorator_list)]) - 1 for d in tests or defs]
+    spots = spots or [len(lines)]
     at = rng.choice(spots)
     head = "".join(lines[:at])
     if head and not head.endswith("\n"):

@@ -131,3 +131,23 @@ def test_canary_code_names_a_module_import_like_real_tests(style: str) -> None:
         fn = getattr(holder, c.name) if holder is not None else space[c.name]
         names = fn.__code__.co_names  # type: ignore[attr-defined]
         assert "os" in names and any(not hasattr(builtins, n) for n in names), names
+
+
+def test_canaries_never_follow_the_last_test() -> None:
+    """sympy's verbose runner prints the file's [OK]/[FAIL] on its last test's line (unparsable there)."""
+    text = "import os\n\n\ndef test_a():\n    pass\n\n\ndef test_b():\n    pass\n\n\ndef helper():\n" \
+        "    pass\n"
+    for seed in range(20):
+        planting = canary.plant("t.py", text, "function", Random(seed))
+        last = max(planting.text.index(f"def {c.name}(") for c in planting.canaries)
+        assert planting.text.index("def test_b():") > last
+
+
+def test_cut_parametrized_ids_may_repeat() -> None:
+    """swebench's parser cuts ids at spaces, so two cases of one parametrized test can share a key."""
+    sw = _swebench.load()
+    parse = sw.log_parsers.PARSER_REGISTRY["parse_log_pytest"]
+    log = 'PASSED t.py::test_f[a("x", 1)]\nPASSED t.py::test_f[a("x", 2)]\n'
+    counts = canary.line_counts(log, lambda line: parse(line, None))
+    assert canary.completeness(['t.py::test_f[a("x",'], parse(log, None), sw.grading._resolve_case,
+                               counts) == []
