@@ -3,7 +3,8 @@
     images/base/recipe.toml   Debian suite, variant and packages for debootstrap (the base image)
     images/<name>/Dockerfile  a layered image built FROM the base (+ requirements.txt, any files it copies)
 
-The recipes folder is the repository's top-level ``images/``; ``$ENVFARM_IMAGES_DIR`` overrides it.
+The recipes folder is the repository's top-level ``images/`` (``envfarm/images/`` in an installed wheel, see
+:data:`IMAGES_DIR`); ``$ENVFARM_IMAGES_DIR`` overrides it.
 Nothing here talks to docker.
 """
 
@@ -22,6 +23,10 @@ BUILDER_VERSION = "1"  # bump when the build steps change in a way the recipe fi
 REPO = "envfarm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 _IGNORED = ("__pycache__", ".DS_Store")
+IMAGES_DIR = Path(__file__).resolve().parents[1] / "images"
+"""``images/`` beside this package's folder in both layouts: the source tree (``sandbox/``, ``images/``; what
+an editable install imports) and an installed wheel (``envfarm/sandbox/``, ``envfarm/images/``: pyproject maps
+``envfarm.images`` to ``images/`` and ships its files as package data)."""
 
 
 @dataclass(frozen=True)
@@ -41,20 +46,15 @@ class BaseRecipe:
 
 
 def images_dir() -> Path:
-    """The recipes folder: ``$ENVFARM_IMAGES_DIR``, else the source tree's top-level ``images/``."""
+    """The recipes folder: ``$ENVFARM_IMAGES_DIR``, else :data:`IMAGES_DIR`."""
     env = os.environ.get("ENVFARM_IMAGES_DIR")
-    candidates = [Path(env)] if env else [Path(__file__).resolve().parents[1] / "images"]
-    if not env:
-        import envfarm
-
-        candidates.append(Path(envfarm.__file__).resolve().parent / "images")  # a non-editable install
-    for folder in candidates:
-        if (folder / "base" / "recipe.toml").is_file():
-            return folder
-    raise ConfigError(
-        f"no image recipes at {candidates[0]} (base/recipe.toml is missing); "
-        "set $ENVFARM_IMAGES_DIR or install envfarm from its source tree with `pip install -e .`"
-    )
+    folder = Path(env) if env else IMAGES_DIR
+    if not (folder / "base" / "recipe.toml").is_file():
+        raise ConfigError(
+            f"no image recipes at {folder} (base/recipe.toml is missing); set $ENVFARM_IMAGES_DIR to a "
+            "folder holding base/recipe.toml, or reinstall envfarm (`pip install -e .` or its wheel)"
+        )
+    return folder
 
 
 def content_hash(folder: Path, extra: str = "") -> str:
