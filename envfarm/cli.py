@@ -79,6 +79,7 @@ from envfarm.commands import envs as _envs  # noqa: E402
 from envfarm.commands import farm as _farm  # noqa: E402
 from envfarm.commands import harness as _harness  # noqa: E402
 from envfarm.commands import images as _images  # noqa: E402
+from envfarm.commands import openenv as _openenv  # noqa: E402
 from envfarm.commands import serve as _serve  # noqa: E402
 from envfarm.commands import tasks as _tasks  # noqa: E402
 from envfarm.commands import train as _train  # noqa: E402
@@ -96,6 +97,7 @@ app.command(name="train")(_train.train)
 app.add_typer(_tasks.app, name="tasks")
 app.command(name="dashboard")(_dashboard.dashboard)
 app.command(name="serve")(_serve.serve)
+app.add_typer(_openenv.app, name="openenv")
 # ------------------------------------------------------------------------------------------------
 
 
