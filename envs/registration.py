@@ -12,6 +12,10 @@ group ``envfarm.envs``; the entry point names a zero-argument function that call
     def register_envs() -> None:
         register("mypkg/Echo-v0", "mypkg.envs:EchoEnv", description="Say it back")
 
+A plugin may also register an id scheme: ``register_scheme("openenv", "openenv/Remote-v0", "base_url")``
+makes ``openenv:http://HOST:PORT`` name ``openenv/Remote-v0`` with ``base_url="http://HOST:PORT"``
+(:func:`resolve`, which the farm applies to every id it is given).
+
 Discovery runs once, on the first import of ``envfarm.envs``; a broken plugin is logged with its name and
 error (and listed by :func:`plugin_errors`) without stopping the others.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +58,7 @@ class PluginError:
 
 
 _REGISTRY: dict[str, EnvInfo] = {}
+_SCHEMES: dict[str, tuple[str, str]] = {}
 _ERRORS: list[PluginError] = []
 _current_source = "envfarm"
 _discovered = False
@@ -83,6 +89,26 @@ def register(
     _REGISTRY[id] = EnvInfo(id, target, _current_source, description)
 
 
+def register_scheme(prefix: str, env_id: str, argument: str) -> None:
+    """Ids ``PREFIX:VALUE`` name the registered ``env_id`` with the constructor argument
+    ``argument=VALUE``."""
+    known = _SCHEMES.get(prefix)
+    if known is not None and known != (env_id, argument):
+        raise ConfigError(f"env id scheme {prefix!r}: is already registered for {known[0]}")
+    _SCHEMES[prefix] = (env_id, argument)
+
+
+def resolve(id: str, env_kwargs: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """``(registered id, env kwargs)`` for ``id``: a scheme id (``openenv:URL``) becomes its env id plus its
+    argument; any other id is returned as given."""
+    prefix, sep, value = id.partition(":")
+    kwargs = dict(env_kwargs or {})
+    if sep and prefix in _SCHEMES and "/" not in prefix:
+        target, argument = _SCHEMES[prefix]
+        return target, {**kwargs, argument: value}
+    return id, kwargs
+
+
 def registered() -> list[EnvInfo]:
     """Every env registered through envfarm, sorted by id."""
     return sorted(_REGISTRY.values(), key=lambda e: e.id)
@@ -93,7 +119,8 @@ def plugin_errors() -> list[PluginError]:
 
 
 def env_info(id: str) -> EnvInfo:
-    """The listing entry for ``id``, or ConfigError with a suggestion."""
+    """The listing entry for ``id`` (or for the env its scheme names), or ConfigError with a suggestion."""
+    id = resolve(id)[0]
     if id in _REGISTRY:
         return _REGISTRY[id]
     import difflib

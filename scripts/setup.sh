@@ -7,7 +7,7 @@
 # Runs as root on a fresh Debian bookworm machine. Installs docker.io, bubblewrap, debootstrap, libseccomp2
 # and chromium (+ chromium-driver) only when missing, starts dockerd with --userns-remap=default and without
 # a bridge or iptables rules when `docker info` fails (and restarts an idle one that lacks the remap),
-# creates .venv (Python >= 3.11) with `pip install -e '.[dev,train,hf,ray,dashboard]'` (torch pinned to the
+# creates .venv (Python >= 3.11) with `pip install -e '.[dev,train,hf,ray,dashboard,openenv]'` (torch pinned to the
 # CPU wheel on this disk), then builds the images (`envfarm images build`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -166,8 +166,8 @@ virtualenv() {
         fi
     fi
     if ! [ -f "$STAMP" ] || ! [ "$STAMP" -nt pyproject.toml ]; then
-        say "pip install -e '.[dev,train,hf,ray,dashboard]'"
-        "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[dev,train,hf,ray,dashboard]'
+        say "pip install -e '.[dev,train,hf,ray,dashboard,openenv]'"
+        "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[dev,train,hf,ray,dashboard,openenv]'
         touch "$STAMP"
     fi
     swebench

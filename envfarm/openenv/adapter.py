@@ -36,6 +36,7 @@ from openenv.core.env_server.types import EnvironmentMetadata
 
 from envfarm.envs import env_info
 from envfarm.envs.core import AgentEnv
+from envfarm.envs.registration import resolve
 from envfarm.errors import ConfigError
 from envfarm.rollout.environments import env_defaults, make_env
 from envfarm.sandbox import get_backend
@@ -55,8 +56,9 @@ class EnvHost:
     def __init__(self, env_id: str, backend: str, env_kwargs: Mapping[str, Any], *, max_sessions: int,
                  warm: int | None = None, step_slots: int | None = None, step_timeout_s: float | None = None,
                  expose_oracle: bool = False) -> None:
+        env_id, kwargs = resolve(env_id, env_kwargs)  # openenv:URL names openenv/Remote-v0 (a proxy)
         env_info(env_id)  # ConfigError with a suggestion for an unknown id
-        self.env_id, self.backend_name, self.env_kwargs = env_id, backend, dict(env_kwargs)
+        self.env_id, self.backend_name, self.env_kwargs = env_id, backend, kwargs
         self.max_sessions, self.step_timeout_s = max_sessions, step_timeout_s
         self.expose_oracle = expose_oracle
         self.warm = min(max_sessions, 32) if warm is None else warm

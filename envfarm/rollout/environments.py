@@ -9,6 +9,7 @@ import gymnasium
 from gymnasium.envs.registration import load_env_creator
 
 from envfarm.envs.core import AgentEnv
+from envfarm.envs.registration import resolve
 from envfarm.errors import ConfigError
 from envfarm.sandbox import Limits
 from envfarm.sandbox.pool import SandboxPool
@@ -19,6 +20,7 @@ def env_class(env_id: str) -> type[AgentEnv[Any]]:
     import envfarm.envs
     from envfarm.envs import env_info
 
+    env_id = resolve(env_id)[0]  # a scheme id (openenv:URL) names a registered env
     env_info(env_id)
     spec = gymnasium.spec(env_id)
     entry = spec.entry_point
@@ -32,6 +34,7 @@ def env_class(env_id: str) -> type[AgentEnv[Any]]:
 def env_defaults(env_id: str, env_kwargs: Mapping[str, Any]) -> tuple[str | None, Limits]:
     """(image, limits) the env's sandboxes use, so the shared pool starts the right ones."""
     cls = env_class(env_id)
+    env_id, env_kwargs = resolve(env_id, env_kwargs)
     kwargs = {**gymnasium.spec(env_id).kwargs, **env_kwargs}
     image = kwargs.get("image", cls.default_image)
     limits = kwargs.get("limits") or cls.default_limits
@@ -47,6 +50,7 @@ def make_env(env_id: str, backend: str, pool: SandboxPool | None,
     The env class is called directly, not through ``gymnasium.make``: the farm steps the bare env, so make's
     wrappers would be bypassed anyway (its TimeLimit would swallow ``max_episode_steps``, which the env
     takes itself), and make deep-copies its spec, pool and event loop objects included."""
+    env_id, env_kwargs = resolve(env_id, env_kwargs)
     cls, spec = env_class(env_id), gymnasium.spec(env_id)
     kwargs = {**spec.kwargs, **env_kwargs}
     if spec.max_episode_steps is not None:
