@@ -135,8 +135,8 @@ class CliServer:
         return self.proc.stdout.read() if self.proc.stdout else ""
 
 
-def play_oracle(url: str, seeds: Sequence[int],
-                options: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+def play_oracle(url: str, seeds: Sequence[int], options: Mapping[str, Any] | None = None,
+                tools: bool = True) -> list[dict[str, Any]]:
     """One oracle episode per seed with OpenEnv's own GenericEnvClient; the last step result of each."""
     finals = []
     with GenericEnvClient(base_url=url).sync() as client:
@@ -146,7 +146,7 @@ def play_oracle(url: str, seeds: Sequence[int],
                 kwargs["options"] = dict(options)
             first = client.reset(**kwargs)
             assert not first.done and first.observation["text"], first
-            assert first.observation["tools"], "the observation carries the env's tool schema"
+            assert bool(first.observation["tools"]) == tools, "the observation carries the env's tool schema"
             plan = client.state()["oracle"]
             assert plan, "the server runs with --expose-oracle"
             result = first
