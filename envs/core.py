@@ -32,10 +32,11 @@ import copy
 import logging
 import typing
 from abc import ABCMeta, abstractmethod
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, TypeVar
+from pathlib import Path
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import gymnasium
 import numpy as np
@@ -90,6 +91,27 @@ class Tool:
                                                  "parameters": params}}
 
 
+class EpisodeRecord(Protocol):
+    """What an env's eval artifact writer reads of one finished episode. The farm's ``Trajectory`` has it;
+    an env never imports the farm (tests/test_architecture.py)."""
+
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def policy(self) -> str: ...
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def meta(self) -> Mapping[str, Any]: ...
+
+
+ArtifactWriter = Callable[[Sequence[EpisodeRecord], Path], Iterable[Path]]
+"""``writer(episodes, run_dir) -> paths written``: an env's extra output of an evaluation (blocking I/O is
+fine: the farm runs it in a worker thread)."""
+
+
 def tool(description: str) -> Callable[[ToolFn], ToolFn]:
     """Mark an async method ``(self, args: SomeModel) -> str | Outcome`` as a tool of its env."""
 
@@ -142,6 +164,9 @@ class AgentEnv(gymnasium.Env[str, str], Generic[TaskT], metaclass=ABCMeta):
     default_max_steps: ClassVar[int] = 20
     default_limits: ClassVar[Limits] = Limits(memory_mb=256, pids=128, disk_mb=64, timeout_s=20)
     default_image: ClassVar[str | None] = None
+    eval_artifacts: ClassVar[tuple[ArtifactWriter, ...]] = ()
+    """Writers ``envfarm eval`` calls after its report, with every finished episode of the run and the run
+    folder; the paths they return are listed in the report (e.g. CodeRepair's SWE-bench predictions)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

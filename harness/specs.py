@@ -38,9 +38,10 @@ from envfarm.errors import ConfigError, SpecNotFound
 from envfarm.sandbox.recipes import images_dir, load_base_recipe
 
 from . import _swebench, patches
+from .env_spec import SPECS_FOLDER, Directives, EnvSpec, spec_path
 from .instances import Instance
+from .upstream_specs import derive
 
-SPECS_FOLDER = "swebench"
 DEFAULT_INSTALL = "python -m pip install --no-deps --no-build-isolation -e ."
 DEFAULT_PARSER = "parse_log_pytest"
 NON_TEST_SUFFIXES = (
@@ -56,7 +57,6 @@ NON_TEST_SUFFIXES = (
     ".yaml",
     ".toml",
 )
-Directives = Literal["paths", "django", "none"]
 
 
 class SpecTable(BaseModel):
@@ -102,26 +102,6 @@ class SpecFile(BaseModel):
 
 
 @dataclass(frozen=True)
-class EnvSpec:
-    """The resolved environment of one repo/version."""
-
-    repo: str
-    version: str
-    python: str
-    packages: tuple[str, ...]
-    install: tuple[str, ...]
-    pre_test: tuple[str, ...]
-    test_cmd: str | None
-    directives: Directives
-    log_parser: str | None
-    env: tuple[tuple[str, str], ...]
-    timeout_s: float | None
-    protected: tuple[str, ...]
-    source: Path
-    """The spec file this came from."""
-
-
-@dataclass(frozen=True)
 class Plan:
     """Everything needed to build the images for and run one instance."""
 
@@ -135,11 +115,6 @@ class Plan:
     eval_type: str
     env_vars: tuple[tuple[str, str], ...]
     command_source: Literal["spec", "eval_script"]
-
-
-def spec_path(repo: str, folder: Path | None = None) -> Path:
-    """Where the built-in spec of ``repo`` lives (or would live)."""
-    return (folder or images_dir() / SPECS_FOLDER) / f"{repo.replace('/', '__')}.toml"
 
 
 class SpecCatalog:
@@ -162,9 +137,7 @@ class SpecCatalog:
         )
         missing = found is not None and found[1].versions is not None and version not in found[1].versions
         if found is None or missing:
-            from .upstream_specs import derive  # swebench's table or envfarm's FACTS
-
-            if (derived := derive(repo, version)) is not None:
+            if (derived := derive(repo, version)) is not None:  # swebench's table or envfarm's FACTS
                 return derived
         if found is None:
             raise SpecNotFound(

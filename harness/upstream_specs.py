@@ -35,7 +35,7 @@ from typing import Any
 from envfarm.errors import ImageBuildError
 
 from . import _swebench
-from .specs import EnvSpec, spec_path
+from .env_spec import EnvSpec, spec_path
 
 SUITES: tuple[tuple[str, str], ...] = (("bullseye", "3.9"), ("bookworm", "3.11"), ("trixie", "3.13"))
 """Debian suites a base image can be made of, with the python3 each ships."""

@@ -12,7 +12,8 @@
 A backend only knows how to start one isolated process tree and connect a byte pipe to the in-sandbox
 agent (``sandbox/agent.py``) running inside it, and how to destroy it. This module owns everything else,
 once for all backends: the agent protocol, timeouts, output caps, crash detection, file transfer,
-cancellation, idempotent close, logging and error mapping.
+cancellation, idempotent close, logging and error mapping. Its values (:class:`Limits`, :class:`ExecResult`,
+the timeouts) live one floor down in ``values.py`` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -31,86 +32,19 @@ from typing import Any, ClassVar
 
 from envfarm.errors import (
     ConfigError,
-    ExecFailed,
-    ExecTimeout,
     SandboxCrashed,
     SandboxError,
     SandboxFileError,
     SandboxStartError,
-    tail,
 )
 
 from .agent_io import AgentPipe, agent_argv
 from .transfer import Transfers
+from .values import AGENT_GRACE_S, START_TIMEOUT_S, ExecResult, Limits
 
 log = logging.getLogger(__name__)
 _SANDBOX_NUMBERS = itertools.count(1)
 """Sandbox numbers of this process (``next`` is atomic under the GIL)."""
-
-START_TIMEOUT_S = 60.0  # a sandbox and its agent must answer within this
-AGENT_GRACE_S = 10.0  # the agent answers within timeout + this, or the sandbox is declared hung
-FILE_OP_TIMEOUT_S = 120.0
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Resource limits for one sandbox. The defaults are safe for untrusted code."""
-
-    cpus: float = 1.0
-    """CPU share (docker --cpus; a CFS quota for bwrap)."""
-    memory_mb: int = 1024
-    """Memory cap for everything in the sandbox (OOM-kill beyond it); tmpfs pages count toward it."""
-    pids: int = 256
-    """Maximum number of processes and threads (a fork bomb stops here)."""
-    disk_mb: int = 512
-    """Size cap of each writable tmpfs: /workspace and /tmp. Everything else is read-only."""
-    output_bytes: int = 1 << 20
-    """Captured bytes per stream per command; the rest is dropped and ``truncated`` is set."""
-    timeout_s: float = 60.0
-    """Default timeout of one command; its whole process tree is killed past it."""
-    shm_mb: int = 64
-    """Size cap of /dev/shm, a tmpfs of its own whose pages count toward ``memory_mb``. 64 MiB is Docker's
-    default: enough for POSIX semaphores and multiprocessing queues; raise it for programs that pass big
-    buffers through shared memory (torch DataLoader workers)."""
-    open_files: int = 4096
-    """Open file descriptors per process (RLIMIT_NOFILE, soft = hard): a descriptor leak in the policy's
-    code fails with EMFILE instead of pinning host kernel memory."""
-
-    def __post_init__(self) -> None:
-        for name in ("cpus", "memory_mb", "pids", "disk_mb", "output_bytes", "timeout_s", "shm_mb",
-                     "open_files"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"Limits.{name} must be positive, got {getattr(self, name)!r}")
-        if self.memory_mb < 32:
-            raise ConfigError(f"Limits.memory_mb={self.memory_mb} is too small for the agent; use >= 32")
-
-
-@dataclass(frozen=True)
-class ExecResult:
-    """What one command did. Output is text (UTF-8, undecodable bytes replaced)."""
-
-    exit_code: int
-    """Exit status; a negative number -N means killed by signal N (-9 on timeout)."""
-    stdout: str
-    stderr: str
-    duration: float
-    """Seconds from spawn to exit, measured inside the sandbox."""
-    timed_out: bool
-    truncated: bool
-    """True when stdout or stderr passed ``Limits.output_bytes`` and was cut."""
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out
-
-    def check(self, what: str = "command") -> ExecResult:
-        """Return self when the command succeeded, else raise ExecTimeout or ExecFailed."""
-        if self.timed_out:
-            raise ExecTimeout(f"{what} timed out after {self.duration:.1f}s; stderr:\n{tail(self.stderr)}")
-        if self.exit_code != 0:
-            raise ExecFailed(f"{what} exited {self.exit_code}; stderr tail:\n{tail(self.stderr)}")
-        return self
-
 
 @dataclass(frozen=True)
 class SandboxSpec:

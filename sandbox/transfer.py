@@ -13,11 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from envfarm.errors import ConfigError, SandboxFileError
 
-if TYPE_CHECKING:
-    from .base import ExecResult
+from .values import FILE_OP_TIMEOUT_S, ExecResult
 
 CHUNK = 4 << 20  # bytes per agent read/write request
-FILE_OP_TIMEOUT_S = 120.0
 
 
 class Transfers:

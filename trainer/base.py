@@ -40,11 +40,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 WEIGHTS_CONTENT_TYPE = "application/x-safetensors"
 """``POST /weights`` body: a safetensors file of the full state dict; its version in ``X-Weight-Version``."""
 VERSION_HEADER = "X-Weight-Version"
+WeightVersion = int | str | None
 
 
 @runtime_checkable
@@ -123,13 +128,53 @@ class Sample:
     (OpenAI's ``top_logprobs``); empty otherwise."""
 
 
+@dataclass
+class Policy:
+    """Model + tokenizer + template on one device. Mutable: the learner trains ``module`` in place and the
+    server swaps its weights (``version`` names the weights currently loaded)."""
+
+    module: nn.Module
+    tokenizer: Tokenizer
+    template: ChatTemplate
+    spec: PolicySpec
+    device: torch.device
+    max_context: int
+    version: WeightVersion = 0
+    name: str = "envfarm"
+    """The model id the server lists at ``/v1/models``."""
+
+    def encode_prompt(self, messages: Sequence[Mapping[str, Any]],
+                      tools: Sequence[Mapping[str, Any]] = ()) -> list[int]:
+        """Token ids of the conversation so far plus the opening of the assistant's turn."""
+        return self.tokenizer.encode(self.template.render_prompt(messages, tools))
+
+    def encode_completion(self, message: Mapping[str, Any]) -> list[int]:
+        """Token ids of an assistant message as the model should produce it, ending with ``eos_id``."""
+        return [*self.tokenizer.encode(self.template.render_completion(message)), self.tokenizer.eos_id]
+
+    def decode_completion(self, token_ids: Sequence[int]) -> str:
+        """Text of sampled completion ids (a trailing eos dropped)."""
+        ids = list(token_ids)
+        if ids and ids[-1] == self.tokenizer.eos_id:
+            ids.pop()
+        return self.tokenizer.decode(ids)
+
+    def parse_completion(self, token_ids: Sequence[int]) -> ParsedCompletion:
+        return self.template.parse_completion(self.decode_completion(token_ids))
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.module.parameters())
+
+
 __all__ = [
     "VERSION_HEADER",
     "WEIGHTS_CONTENT_TYPE",
     "ChatTemplate",
     "ParsedCompletion",
+    "Policy",
     "PolicySpec",
     "Sample",
     "Tokenizer",
     "ToolCall",
+    "WeightVersion",
 ]

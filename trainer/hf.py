@@ -22,9 +22,8 @@ from torch import Tensor, nn
 
 from envfarm.errors import ConfigError
 
-from .base import PolicySpec
+from .base import Policy, PolicySpec
 from .chat import HFTemplate
-from .policy import Policy
 
 
 def _transformers() -> Any:

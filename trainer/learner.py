@@ -27,6 +27,7 @@ from envfarm.errors import ConfigError, TrainerError
 from .distributed import DistContext
 from .loss import LossParts, ppo_loss, sequence_weights, sft_loss, token_logprobs
 from .samples import Batch, TokenSample, micro_batches
+from .train_config import TrainConfig
 
 Kind = Literal["rl", "sft"]
 
@@ -197,4 +198,10 @@ class Learner:
         return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))
 
 
-__all__ = ["Learner", "LearnerConfig", "UpdateStats"]
+def learner_config(c: TrainConfig) -> LearnerConfig:
+    """The learner's optimisation settings of a training run (every rank builds the same)."""
+    return LearnerConfig(lr=c.lr, clip_eps_low=c.clip_eps, clip_eps_high=c.clip_eps, kl_coef=c.kl_coef,
+                         micro_batch_tokens=c.micro_batch_tokens, warmup_steps=0, loss_agg=c.loss_agg)
+
+
+__all__ = ["Learner", "LearnerConfig", "UpdateStats", "learner_config"]

@@ -38,7 +38,7 @@ from envfarm.rollout.farm import FarmConfig
 from .checkpoint import latest_checkpoint, load_checkpoint, prune, save_checkpoint
 from .distributed import DistContext
 from .evaluation import EvalResult, EvalSettings, evaluate_served, paired_bootstrap
-from .learner import Learner, LearnerConfig
+from .learner import Learner, learner_config
 from .metrics import Metrics, plot_rewards
 from .policy import Policy, clone_policy, load_policy, save_policy
 from .ranks import Leader, start_followers
@@ -311,12 +311,6 @@ async def train(config: TrainConfig | None, out: Path, *, resume: bool = False,
         await asyncio.to_thread(_join, procs, Path(init.removeprefix("file://")))
 
 
-def learner_config(c: TrainConfig) -> LearnerConfig:
-    """The learner's optimisation settings of a training run (every rank builds the same)."""
-    return LearnerConfig(lr=c.lr, clip_eps_low=c.clip_eps, clip_eps_high=c.clip_eps, kl_coef=c.kl_coef,
-                         micro_batch_tokens=c.micro_batch_tokens, warmup_steps=0, loss_agg=c.loss_agg)
-
-
 def _join(procs: list[Any], rendezvous: Path) -> None:
     for p in procs:
         p.join(timeout=60)
@@ -343,4 +337,4 @@ def _write_json(path: Path, data: Any) -> None:
     tmp.replace(path)
 
 
-__all__ = ["TrainProgress", "Training", "learner_config", "train"]
+__all__ = ["TrainProgress", "Training", "train"]

@@ -16,65 +16,26 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from envfarm.errors import ConfigError
 
-from .base import ChatTemplate, ParsedCompletion, PolicySpec, Tokenizer
+from .base import Policy, PolicySpec, WeightVersion
 from .chat import BuiltinTemplate
 from .model import ModelConfig, Transformer, preset_config
 from .tokenizer import ByteTokenizer
+from .weights import decode_state, encode_state, load_into
 
 log = logging.getLogger(__name__)
 
 SPEC_FILE = "spec.json"
 WEIGHTS_FILE = "model.safetensors"
 DEFAULT_PRESET = "tiny-cpu"
-WeightVersion = int | str | None
-
-
-@dataclass
-class Policy:
-    """Model + tokenizer + template on one device. Mutable: the learner trains ``module`` in place and the
-    server swaps its weights (``version`` names the weights currently loaded)."""
-
-    module: nn.Module
-    tokenizer: Tokenizer
-    template: ChatTemplate
-    spec: PolicySpec
-    device: torch.device
-    max_context: int
-    version: WeightVersion = 0
-    name: str = "envfarm"
-    """The model id the server lists at ``/v1/models``."""
-
-    def encode_prompt(self, messages: Sequence[Mapping[str, Any]],
-                      tools: Sequence[Mapping[str, Any]] = ()) -> list[int]:
-        """Token ids of the conversation so far plus the opening of the assistant's turn."""
-        return self.tokenizer.encode(self.template.render_prompt(messages, tools))
-
-    def encode_completion(self, message: Mapping[str, Any]) -> list[int]:
-        """Token ids of an assistant message as the model should produce it, ending with ``eos_id``."""
-        return [*self.tokenizer.encode(self.template.render_completion(message)), self.tokenizer.eos_id]
-
-    def decode_completion(self, token_ids: Sequence[int]) -> str:
-        """Text of sampled completion ids (a trailing eos dropped)."""
-        ids = list(token_ids)
-        if ids and ids[-1] == self.tokenizer.eos_id:
-            ids.pop()
-        return self.tokenizer.decode(ids)
-
-    def parse_completion(self, token_ids: Sequence[int]) -> ParsedCompletion:
-        return self.template.parse_completion(self.decode_completion(token_ids))
-
-    def num_params(self) -> int:
-        return sum(p.numel() for p in self.module.parameters())
 
 
 def clone_policy(policy: Policy, device: str | torch.device | None = None) -> Policy:
@@ -140,8 +101,6 @@ def load_policy(preset: str | None = None, path: str | Path | None = None, devic
 
 
 def _load_checkpoint(folder: Path, device: torch.device, seed: int) -> Policy:
-    from .weights import decode_state, load_into
-
     try:
         data = json.loads((folder / SPEC_FILE).read_text())
         version = data.pop("weight_version", 0)
@@ -174,8 +133,6 @@ def save_policy(policy: Policy, folder: str | Path) -> Path:
 
         save_hf(policy, out)
     else:
-        from .weights import encode_state
-
         tmp = out / (WEIGHTS_FILE + ".tmp")
         tmp.write_bytes(encode_state(policy.module))
         tmp.replace(out / WEIGHTS_FILE)
@@ -184,5 +141,5 @@ def save_policy(policy: Policy, folder: str | Path) -> Path:
     return out
 
 
-__all__ = ["DEFAULT_PRESET", "SPEC_FILE", "WEIGHTS_FILE", "Policy", "builtin_policy", "clone_policy",
-           "load_policy", "resolve_device", "save_policy"]
+__all__ = ["DEFAULT_PRESET", "SPEC_FILE", "WEIGHTS_FILE", "Policy", "WeightVersion", "builtin_policy",
+           "clone_policy", "load_policy", "resolve_device", "save_policy"]

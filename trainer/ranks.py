@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from .distributed import DistContext
-from .learner import Kind, Learner, UpdateStats
+from .learner import Kind, Learner, UpdateStats, learner_config
 from .samples import TokenSample
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,6 @@ def follow(learner: Learner, ctx: DistContext) -> int:
 def follower_main(rank: int, world: int, init_method: str, config: dict[str, Any],
                   threads: int | None) -> None:
     """Entry point of a spawned rank (``torch.multiprocessing``): build the learner, follow rank 0."""
-    from .loop import learner_config
     from .policy import load_policy
     from .train_config import TrainConfig
 

@@ -30,7 +30,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -43,10 +43,10 @@ from envfarm.errors import ConfigError, FarmError, WeightsError
 from .base import VERSION_HEADER
 from .generate import Generation, GenRequest, check_request, generate_batch
 from .model import Transformer
-from .openai_api import ChatRequest, RequestError, error_body, parse_chat_request
+from .openai_api import RequestError, error_body, parse_chat_request
 from .policy import SPEC_FILE, WEIGHTS_FILE, Policy, WeightVersion
 from .prefix import PrefixCache
-from .streaming import complete_response, stream_response
+from .streaming import Pending, complete_response, stream_response
 from .weights import decode_state, load_into
 
 log = logging.getLogger(__name__)
@@ -95,20 +95,6 @@ class ServerStats:
     swaps: int = 0
     max_batch_rows: int = 0
     generate_s: float = 0.0
-
-
-@dataclass
-class Pending:
-    """One queued request: what to sample and the future its handler awaits."""
-
-    gen: GenRequest
-    future: asyncio.Future[tuple[Generation, int, WeightVersion]]
-    chat: ChatRequest
-    prompt: list[int] = field(default_factory=list)
-    version: WeightVersion = None
-    """Set when its batch starts: the weights that sample it."""
-    events: asyncio.Queue[Any] | None = None
-    """Streaming: tokens arrive here, then None when the batch is over."""
 
 
 class PolicyServer:

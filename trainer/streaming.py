@@ -14,13 +14,14 @@ import dataclasses
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from aiohttp import web
 
-from .base import VERSION_HEADER, Tokenizer
+from .base import VERSION_HEADER, Policy, Tokenizer, WeightVersion
 from .chat import TOOL_OPEN
-from .generate import Generation
+from .generate import Generation, GenRequest
 from .openai_api import (
     ChatRequest,
     Choice,
@@ -36,12 +37,32 @@ from .openai_api import (
 
 log = logging.getLogger(__name__)
 
-if TYPE_CHECKING:
-    from .policy import WeightVersion
-    from .server import Pending, PolicyServer
+@dataclass
+class Pending:
+    """One queued request: what to sample and the future its handler awaits."""
+
+    gen: GenRequest
+    future: asyncio.Future[tuple[Generation, int, WeightVersion]]
+    chat: ChatRequest
+    prompt: list[int] = field(default_factory=list)
+    version: WeightVersion = None
+    """Set when its batch starts: the weights that sample it."""
+    events: asyncio.Queue[Any] | None = None
+    """Streaming: tokens arrive here, then None when the batch is over."""
 
 
-def complete_response(server: PolicyServer, result: tuple[Generation, int, WeightVersion], chat: ChatRequest,
+class Server(Protocol):
+    """What a response needs of ``server.PolicyServer`` (this module sits below it)."""
+
+    policy: Policy
+
+    @property
+    def model_name(self) -> str: ...
+
+    def enqueue(self, pending: Pending) -> None: ...
+
+
+def complete_response(server: Server, result: tuple[Generation, int, WeightVersion], chat: ChatRequest,
                       prompt: list[int]) -> web.Response:
     gen, i, version = result
     policy = server.policy
@@ -90,7 +111,7 @@ class _ChoiceStream:
 class _SSE:
     """Writes ``data: ...`` events for one response."""
 
-    def __init__(self, server: PolicyServer, chat: ChatRequest, prompt: list[int]) -> None:
+    def __init__(self, server: Server, chat: ChatRequest, prompt: list[int]) -> None:
         self.server, self.chat, self.prompt = server, chat, prompt
         self.cid, self.created = new_id("chatcmpl"), int(time.time())
         self.resp: web.StreamResponse | None = None
@@ -119,7 +140,7 @@ class _SSE:
         await self.resp.write(f"data: {text}\n\n".encode())
 
 
-async def stream_response(server: PolicyServer, request: web.Request, pending: Pending) -> web.StreamResponse:
+async def stream_response(server: Server, request: web.Request, pending: Pending) -> web.StreamResponse:
     loop = asyncio.get_running_loop()
     events: asyncio.Queue[tuple[int, int, float, list[tuple[int, float]]] | None] = asyncio.Queue()
 
@@ -158,7 +179,7 @@ async def stream_response(server: PolicyServer, request: web.Request, pending: P
     return sse.resp
 
 
-async def _finish(sse: _SSE, server: PolicyServer, samples: list[Any], streams: list[_ChoiceStream]) -> None:
+async def _finish(sse: _SSE, server: Server, samples: list[Any], streams: list[_ChoiceStream]) -> None:
     policy = server.policy
     finished = []
     for k, (sample, st) in enumerate(zip(samples, streams, strict=True)):
@@ -183,4 +204,4 @@ async def _finish(sse: _SSE, server: PolicyServer, samples: list[Any], streams: 
     await sse.send("[DONE]")
 
 
-__all__ = ["complete_response", "stream_response"]
+__all__ = ["Pending", "Server", "complete_response", "stream_response"]

@@ -15,7 +15,7 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 import torch
@@ -26,10 +26,7 @@ from torch import nn
 
 from envfarm.errors import TrainerError, WeightsError
 
-from .base import VERSION_HEADER, WEIGHTS_CONTENT_TYPE
-
-if TYPE_CHECKING:
-    from .policy import Policy, WeightVersion
+from .base import VERSION_HEADER, WEIGHTS_CONTENT_TYPE, Policy, WeightVersion
 
 ALIASES_KEY = "envfarm.aliases"
 

@@ -32,7 +32,8 @@ from rich.table import Table
 from envfarm.errors import ConfigError, FarmError, LearnerUnavailable
 from envfarm.rollout.eval import EvalReport, eval_farm, report_run
 from envfarm.rollout.farm import Farm, FarmConfig
-from envfarm.rollout.policies import Policy, make_policy
+from envfarm.rollout.policies import Policy
+from envfarm.rollout.policy_spec import make_policy
 from envfarm.rollout.receiver import serve
 from envfarm.rollout.runs import RunSpec, read_spec
 from envfarm.rollout.sinks import FileSink, HTTPSink, Sink

@@ -15,10 +15,11 @@ Files: ``trajectory.py`` (what an episode produced), ``policies.py`` / ``openai_
 
 from __future__ import annotations
 
-from .eval import Estimate, EvalReport, TaskResult, evaluate, pass_at_k, register_artifact_writer, run_eval
+from .eval import Estimate, EvalReport, TaskResult, evaluate, pass_at_k, run_eval
 from .farm import Farm, FarmConfig
 from .openai_policy import OpenAIPolicy
-from .policies import CallablePolicy, EpisodeView, OraclePolicy, Policy, RandomPolicy, Reply, make_policy
+from .policies import CallablePolicy, EpisodeView, OraclePolicy, Policy, RandomPolicy, Reply
+from .policy_spec import make_policy
 from .receiver import Receiver
 from .runs import RunDir, RunSpec
 from .sinks import Delivery, FileSink, HTTPSink, Sink
@@ -30,5 +31,5 @@ __all__ = [
     "CallablePolicy", "Delivery", "EpisodeView", "Estimate", "EvalReport", "Farm", "FarmConfig", "FileSink",
     "HTTPSink", "OpenAIPolicy", "OraclePolicy", "Policy", "RandomPolicy", "Receiver", "Reply", "RunDir",
     "RunSpec", "Sink", "Spool", "Summary", "TaskResult", "Timings", "Trajectory", "Turn", "evaluate",
-    "make_policy", "pass_at_k", "register_artifact_writer", "run_eval",
+    "make_policy", "pass_at_k", "run_eval",
 ]

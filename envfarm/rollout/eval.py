@@ -17,16 +17,17 @@ counted as failures; a task with fewer than k good attempts is left out of pass@
   which never collapses to [1, 1] when every task passes; otherwise a percentile bootstrap over tasks (10,000
   resamples, fixed seed), which respects that attempts at the same task are correlated.
 
-Env-specific outputs hook in with :func:`register_artifact_writer` (e.g. a SWE-bench predictions file for a
-code-repair env): every writer registered for a prefix of the env id gets the report and the trajectories.
+Env-specific outputs come from the env class: every writer in its ``eval_artifacts`` (``envs/core.py``; e.g.
+CodeRepair's SWE-bench predictions) gets the trajectories and the run folder, and the paths it wrote are
+listed in the report.
 """
 
 from __future__ import annotations
 
-import inspect
+import asyncio
 import math
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ import numpy as np
 
 from envfarm.errors import ConfigError
 
+from .environments import env_class
 from .farm import Farm, FarmConfig
 from .policies import Policy
 from .runs import RunDir
@@ -87,17 +89,6 @@ class EvalReport:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-Written = Iterable[Path]
-ArtifactWriter = Callable[[EvalReport, Sequence[Trajectory], Path], "Written | Awaitable[Written]"]
-_WRITERS: dict[str, list[ArtifactWriter]] = defaultdict(list)
-
-
-def register_artifact_writer(env_prefix: str, writer: ArtifactWriter) -> None:
-    """Have ``writer(report, trajectories, out_dir)`` called after every evaluation of an env whose id starts
-    with ``env_prefix``; it returns the paths it wrote (listed in the report)."""
-    _WRITERS[env_prefix].append(writer)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -186,19 +177,15 @@ def eval_farm(config: FarmConfig, policy: Policy, run_dir: Path, *, resume: bool
 
 
 async def report_run(run_dir: Path, success_threshold: float = 1.0) -> EvalReport:
-    """The report on every trajectory of the run in ``run_dir``, plus the env's registered artifacts."""
+    """The report on every trajectory of the run in ``run_dir``, plus the env class's ``eval_artifacts``."""
     folder = await RunDir.load(run_dir)
     spec = folder.spec
     trajectories = await folder.finished()
     report = evaluate(trajectories, spec.attempts, success_threshold, spec.env_id, spec.policy)
     paths: list[str] = []
-    for prefix, writers in _WRITERS.items():
-        if spec.env_id.startswith(prefix):
-            for writer in writers:
-                out = writer(report, trajectories, Path(run_dir))
-                if inspect.isawaitable(out):
-                    out = await out
-                paths.extend(str(p) for p in out)
+    for writer in env_class(spec.env_id).eval_artifacts:
+        written = await asyncio.to_thread(writer, trajectories, Path(run_dir))
+        paths.extend(str(p) for p in written)
     return replace(report, artifacts=tuple(paths)) if paths else report
 
 
@@ -211,5 +198,5 @@ async def run_eval(config: FarmConfig, policy: Policy, run_dir: Path, *, resume:
     return await report_run(run_dir, success_threshold)
 
 
-__all__ = ["ArtifactWriter", "Estimate", "EvalReport", "TaskResult", "bootstrap", "eval_farm", "evaluate",
-           "pass_at_k", "register_artifact_writer", "report_run", "run_eval", "wilson"]
+__all__ = ["Estimate", "EvalReport", "TaskResult", "bootstrap", "eval_farm", "evaluate", "pass_at_k",
+           "report_run", "run_eval", "wilson"]

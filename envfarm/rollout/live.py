@@ -29,16 +29,27 @@ import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .farm import Farm
+from .runs import RunDir, RunSpec
+from .summary import Live, Tally
 
 log = logging.getLogger(__name__)
 
 LIVE_FILE = "live.json"
 INTERVAL_S = 1.0
 SCHEMA = 1
+
+
+class LiveSource(Protocol):
+    """What live.json reads of a farm (``Farm`` and ``RayFarm`` have it; this module imports neither). Its
+    episodes in flight (``_inflight``), pool (``_pool``), set-up flag and Ray nodes are read when present."""
+
+    live: Live
+    tally: Tally
+    spec: RunSpec
+    run_dir: RunDir | None
+    stopped: str | None
 
 
 @dataclass(frozen=True)
@@ -91,7 +102,7 @@ class LiveStatus:
         return {"schema": SCHEMA, **asdict(self)}
 
 
-def snapshot(farm: Farm, state: str) -> LiveStatus:
+def snapshot(farm: LiveSource, state: str) -> LiveStatus:
     """The farm's live state now (reads counters only; no I/O)."""
     live, tally = farm.live, farm.tally
     time_s = {"sandbox": tally.sandbox_s, "policy": tally.policy_s, "env": tally.env_s,
@@ -140,7 +151,7 @@ class LiveFile:
     Writes nothing while the farm has no run folder; the last write (state finished or stopped) happens on
     exit, even when the farm is being cancelled. A failed write is logged once and never stops the farm."""
 
-    def __init__(self, farm: Farm, interval_s: float = INTERVAL_S) -> None:
+    def __init__(self, farm: LiveSource, interval_s: float = INTERVAL_S) -> None:
         self.farm = farm
         self.interval_s = interval_s
         self._task: asyncio.Task[None] | None = None
@@ -176,4 +187,5 @@ class LiveFile:
                             run_dir.path / LIVE_FILE, e)
 
 
-__all__ = ["LIVE_FILE", "LiveFile", "LiveStatus", "PoolState", "read_live", "snapshot", "write_live"]
+__all__ = ["LIVE_FILE", "LiveFile", "LiveSource", "LiveStatus", "PoolState", "read_live", "snapshot",
+           "write_live"]

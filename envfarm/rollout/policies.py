@@ -25,14 +25,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from envfarm.envs.actions import ActionError, parse_action
-from envfarm.errors import ConfigError, PolicyError
+from envfarm.errors import PolicyError
 
 from .trajectory import WeightVersion
 
 if TYPE_CHECKING:
     from envfarm.envs.core import AgentEnv
-
-POLICY_KINDS = ("oracle", "random", "openai:URL")
 
 
 @dataclass
@@ -191,27 +189,6 @@ class CallablePolicy(Policy):
                           "Reply")
 
 
-def make_policy(spec: str | Policy | PolicyFn, **options: Any) -> Policy:
-    """A policy from a CLI spec (``oracle``, ``random``, ``openai:URL``), a Policy, or a callable."""
-    if isinstance(spec, Policy):
-        return spec
-    if callable(spec):
-        return CallablePolicy(spec, **options)
-    if spec == "oracle":
-        return OraclePolicy()
-    if spec == "random":
-        return RandomPolicy()
-    if spec.startswith("openai:"):
-        from .openai_policy import OpenAIPolicy
-
-        return OpenAIPolicy(spec.removeprefix("openai:"), **options)
-    import difflib
-
-    hint = difflib.get_close_matches(spec, ["oracle", "random", "openai:"], n=1)
-    did = f"; did you mean {hint[0]!r}?" if hint else ""
-    raise ConfigError(f"unknown policy {spec!r}: use one of {', '.join(POLICY_KINDS)}{did}")
-
-
 def tool_messages(message: Mapping[str, Any], observation: str) -> list[dict[str, Any]]:
     """The transcript entries answering ``message``: a ``tool`` message per tool call, else a user message."""
     calls: Sequence[Mapping[str, Any]] = message.get("tool_calls") or ()
@@ -221,4 +198,4 @@ def tool_messages(message: Mapping[str, Any], observation: str) -> list[dict[str
 
 
 __all__ = ["CallablePolicy", "EpisodeView", "OraclePolicy", "Policy", "RandomPolicy", "Reply",
-           "assistant_message", "make_policy", "text_reply", "tool_messages"]
+           "assistant_message", "text_reply", "tool_messages"]

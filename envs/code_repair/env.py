@@ -49,6 +49,7 @@ from envfarm.sandbox.pool import SandboxPool
 from ..core import AgentEnv, Outcome, tool
 from . import builtin, tools
 from .factory.sources import rebuilt
+from .predictions import write_predictions
 from .tools import BashArgs, CreateArgs, NoArgs, RunTestsArgs, SearchArgs, StrReplaceArgs, ViewArgs
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
 
     default_max_steps = 50
     default_limits = Limits(cpus=1.0, memory_mb=2048, pids=512, disk_mb=512, timeout_s=120)
+    eval_artifacts = (write_predictions,)  # RUN/predictions.jsonl for `envfarm harness run` and SWE-bench
 
     def __init__(
         self,

@@ -14,21 +14,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from envfarm.rollout.eval import EvalReport, register_artifact_writer
-from envfarm.rollout.trajectory import Trajectory
+from envfarm.envs.core import EpisodeRecord
 
 PREDICTIONS = "predictions.jsonl"
 ALL_ATTEMPTS = "predictions.all.jsonl"
 
 
-def prediction(trajectory: Trajectory) -> dict[str, Any]:
+def prediction(trajectory: EpisodeRecord) -> dict[str, Any]:
     """One SWE-bench prediction row; an episode that never submitted predicts the empty patch."""
     return {"instance_id": trajectory.task_id, "model_name_or_path": trajectory.policy or "envfarm",
             "model_patch": str(trajectory.meta.get("patch") or "")}
 
 
-def write_predictions(report: EvalReport, trajectories: Sequence[Trajectory], out_dir: Path) -> list[Path]:
-    """Write both files (atomically) and return their paths."""
+def write_predictions(trajectories: Sequence[EpisodeRecord], out_dir: Path) -> list[Path]:
+    """Write both files (atomically) and return their paths: ``CodeRepairEnv.eval_artifacts``."""
     made = sorted((t for t in trajectories if t.ok), key=lambda t: (t.task_id, t.attempt))
     first = [prediction(t) for t in made if t.attempt == 0]
     every = [{**prediction(t), "attempt": t.attempt, "resolved": bool(t.meta.get("resolved"))} for t in made]
@@ -41,7 +40,5 @@ def _write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
     tmp.replace(path)
     return path
 
-
-register_artifact_writer("envfarm/CodeRepair", write_predictions)
 
 __all__ = ["ALL_ATTEMPTS", "PREDICTIONS", "prediction", "write_predictions"]

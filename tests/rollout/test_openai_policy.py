@@ -10,7 +10,8 @@ from rollout_support import StubServer, free_port
 
 from envfarm.errors import ConfigError, PolicyError, PolicyUnavailable
 from envfarm.rollout.openai_policy import OpenAIPolicy, normalise_base_url, parse_version
-from envfarm.rollout.policies import EpisodeView, make_policy
+from envfarm.rollout.policies import EpisodeView
+from envfarm.rollout.policy_spec import make_policy
 
 FAST = {"backoff_s": 0.01, "backoff_max_s": 0.05}
 
