@@ -1,4 +1,5 @@
-"""SWE-bench-compatible evaluation, offline, with tamper-proof grading. Contract: ``harness/grading.py``.
+"""SWE-bench-compatible evaluation, offline, graded with tamper rules and canary tests against forged
+results. Contract: ``harness/grading.py``.
 
     from envfarm.harness import HarnessConfig, evaluate, load_instances, load_predictions
     instances = load_instances("swe-bench-lite/test.parquet", ids=["pallets__flask-4045"])
