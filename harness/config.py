@@ -31,6 +31,9 @@ class HarnessConfig(BaseModel):
     """Sandbox backend that runs the tests (the images are docker images)."""
     tamper: Policy = Policy.REVERT
     """What a tamper rule does when it fires: revert (default), flag, or off (SWE-bench's behaviour)."""
+    run_empty: bool = False
+    """Run an empty prediction as the unpatched base (test_patch applied, no model patch) and grade it, as
+    SWE-bench's validation does (``harness validate``); by default an empty patch is counted, not run."""
     canaries: bool = True
     """Plant canary tests in every graded run and require every expected test exactly once (canary.py); off
     reproduces SWE-bench's grading (for comparisons and cost measurements only)."""

@@ -219,16 +219,16 @@ class _Runner:
 
     async def _evaluate(self, inst: Instance, pred: Prediction) -> InstanceReport:
         model, iid = pred.model_name_or_path, inst.instance_id
-        if pred.is_empty:
+        if pred.is_empty and not self.cfg.run_empty:
             await asyncio.to_thread(self.folder.write_artifacts, iid, Artifacts(patch=pred.model_patch))
             return empty_report(iid, model, pred.model_patch)
-        patch = pred.model_patch or ""
-        await asyncio.to_thread(self.folder.write_artifacts, iid, Artifacts(patch=patch))
+        patch = None if pred.is_empty else pred.model_patch or ""  # None: the unpatched base (run_empty)
+        await asyncio.to_thread(self.folder.write_artifacts, iid, Artifacts(patch=patch or ""))
         try:
             plan = self.catalog.plan(inst)
         except SpecNotFound as e:
             return error_report(iid, model, ErrorKind.SPEC, str(e))
-        if self.cfg.tamper is not Policy.OFF and (refused := tamper.unsafe(patch)):
+        if patch is not None and self.cfg.tamper is not Policy.OFF and (refused := tamper.unsafe(patch)):
             await self._save(iid, None, [f"refused: {f.describe()}" for f in refused])
             return error_report(
                 iid,
@@ -261,7 +261,7 @@ class _Runner:
             test_exit_code=last.attempt.test_exit_code if last.attempt else None,
         )
 
-    async def _attempt(self, plan: Plan, patch: str) -> tuple[Attempt, BuiltImage]:
+    async def _attempt(self, plan: Plan, patch: str | None) -> tuple[Attempt, BuiltImage]:
         iid = plan.instance.instance_id
         self.progress(Event(iid, "build"))
         t0 = time.monotonic()
@@ -313,7 +313,14 @@ class _Runner:
         return await asyncio.to_thread(self.folder.write_artifacts, iid, art)
 
     async def _finish(
-        self, inst: Instance, plan: Plan, patch: str, model: str, att: Attempt, image: BuiltImage, n: int
+        self,
+        inst: Instance,
+        plan: Plan,
+        patch: str | None,
+        model: str,
+        att: Attempt,
+        image: BuiltImage,
+        n: int,
     ) -> InstanceReport:
         iid = inst.instance_id
         log_path = await self._save(iid, att, [f"attempt {n}: {att.result}"])
@@ -361,5 +368,6 @@ class _Runner:
             log_parser=plan.log_parser,
             eval_type=plan.eval_type,
             canaries=att.canaries,
+            baseline=patch is None,
         )
         return replace(report, attempts=n, extra=extra)

@@ -253,15 +253,19 @@ def grade(
     log_parser: str | None = None,
     eval_type: str | None = None,
     canaries: Sequence[Canary] | None = None,
+    baseline: bool = False,
 ) -> InstanceReport:
     """Grade one test log (its text, or a Path to it) against the instance's FAIL_TO_PASS/PASS_TO_PASS.
 
     ``findings`` are the runner's tamper findings; None means "unknown": the model patch is scanned
     statically and every rule that fires is flagged (blocks resolution). ``canaries`` are the tests the
     runner planted (None: the run had none, and completeness is not checked either). A None or blank
-    ``model_patch`` gives :attr:`Outcome.EMPTY_PATCH`. Blocking (reads or writes the log file); no sandbox.
+    ``model_patch`` gives :attr:`Outcome.EMPTY_PATCH`, unless ``baseline``: the log is of the unpatched base
+    (validation), graded like any other. Blocking (reads or writes the log file); no sandbox.
     """
-    if model_patch is None or not model_patch.strip():
+    if baseline:
+        model_patch, findings = "", ()
+    elif model_patch is None or not model_patch.strip():
         return empty_report(instance.instance_id, model_name_or_path, model_patch)
     if findings is None:
         ctx = tamper.Context(tuple(_test_files(instance)), eval_script_command(instance.eval_script) or "")
@@ -321,7 +325,7 @@ def _grade_file(
         model_name_or_path=model,
         outcome=Outcome.RESOLVED if resolved else Outcome.UNRESOLVED,
         status=status,
-        patch_exists=True,
+        patch_exists=bool(model_patch),
         patch_applied=bool(inner["patch_successfully_applied"]),
         tests=TestResults.from_swebench(inner["tests_status"]) if "tests_status" in inner else None,
         findings=tuple(findings),

@@ -1,4 +1,4 @@
-"""``envfarm harness run|plan|images``: SWE-bench-compatible evaluation (library: ``envfarm.harness``)."""
+"""``envfarm harness run|validate|plan|images``: SWE-bench-compatible evaluation (``envfarm.harness``)."""
 
 from __future__ import annotations
 
@@ -39,6 +39,13 @@ SplitOpt = Annotated[str, typer.Option(help="Split to read from a datasets folde
 SpecsOpt = Annotated[
     list[Path] | None, typer.Option("--specs", help="Extra spec files/folders (before images/swebench/).")
 ]
+RunIdOpt = Annotated[str, typer.Option("--run-id", help="Run id; the same id resumes a run.")]
+RepoSourceOpt = Annotated[
+    Path | None, typer.Option("--repo-source", help="Folder of git repos named owner__name(.git).")
+]
+ReportDirOpt = Annotated[Path, typer.Option("--report-dir", help="Where reports go.")]
+WorkersOpt = Annotated[int, typer.Option("--max-workers", min=1, help="Parallel builds and runs.")]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", min=1, help="Test timeout per instance (s).")]
 
 
 def _ids(first: list[str] | None, extra: list[str]) -> list[str] | None:
@@ -54,14 +61,12 @@ def run(
     ctx: typer.Context,
     instances: InstancesOpt,
     predictions: Annotated[str, typer.Option("--predictions", help="Predictions JSON/JSONL, or `gold`.")],
-    run_id: Annotated[str, typer.Option("--run-id", help="Run id; the same id resumes a run.")],
+    run_id: RunIdOpt,
     instance_ids: IdsOpt = None,
-    repo_source: Annotated[
-        Path | None, typer.Option("--repo-source", help="Folder of git repos named owner__name(.git).")
-    ] = None,
-    report_dir: Annotated[Path, typer.Option("--report-dir", help="Where reports go.")] = Path("reports"),
-    max_workers: Annotated[int, typer.Option("--max-workers", min=1, help="Parallel builds and runs.")] = 4,
-    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Test timeout per instance (s).")] = 1800,
+    repo_source: RepoSourceOpt = None,
+    report_dir: ReportDirOpt = Path("reports"),
+    max_workers: WorkersOpt = 4,
+    timeout: TimeoutOpt = 1800,
     specs: SpecsOpt = None,
     tamper: Annotated[
         str, typer.Option(help="revert (default) | flag | off (SWE-bench behaviour).")
@@ -82,14 +87,8 @@ def run(
         policy = Policy(tamper)
     except ValueError:
         raise ConfigError(f"--tamper {tamper!r}: choose revert, flag or off") from None
-    if repo_source is not None and not repo_source.is_dir():
-        raise ConfigError(
-            f"--repo-source {repo_source} is not a folder; pass the folder holding the owner__name(.git) "
-            "repositories"
-        )
     rows = load_instances(instances, _ids(instance_ids, ctx.args), split=split)
-    if repo_source is None:
-        repo_source, specs = _mined_sources(rows, specs)
+    repo_source, specs = _sources(rows, repo_source, specs)
     options = {"run_id": run_id, "report_dir": report_dir, "repo_source": repo_source}
     options |= {"specs": tuple(specs or ()), "max_workers": max_workers, "timeout_s": timeout}
     options |= {"canaries": canaries, "output_cap_mb": output_cap_mb}
@@ -106,6 +105,60 @@ def run(
         result = asyncio.run(evaluate(rows, preds, config, progress=on_event))
     _print_summary(result)
     _print_disk(result.images)
+
+
+@app.command("validate", context_settings={"allow_extra_args": True})
+def validate_cmd(
+    ctx: typer.Context,
+    instances: InstancesOpt,
+    run_id: RunIdOpt,
+    instance_ids: IdsOpt = None,
+    repo_source: RepoSourceOpt = None,
+    report_dir: ReportDirOpt = Path("reports"),
+    max_workers: WorkersOpt = 4,
+    timeout: TimeoutOpt = 1800,
+    specs: SpecsOpt = None,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Gold runs per row (flake rate).")] = 1,
+    split: SplitOpt = "test",
+) -> None:
+    """Check rows run here: gold must resolve (every --repeat run), the unfixed code must not; write
+    validate.json and validate.md with a reason for every row that does not validate."""
+    from envfarm.harness import HarnessConfig, load_instances
+    from envfarm.harness.validate import validate
+
+    rows = load_instances(instances, _ids(instance_ids, ctx.args), split=split)
+    repo_source, specs = _sources(rows, repo_source, specs)
+    options = {"run_id": run_id, "report_dir": report_dir, "repo_source": repo_source}
+    options |= {"specs": tuple(specs or ()), "max_workers": max_workers, "timeout_s": timeout}
+    config = _valid(HarnessConfig, **options)
+    with _progress() as bar:
+        task = bar.add_task("validating", total=len(rows) * (repeat + 1))
+        counts = {"resolved": 0, "unresolved": 0, "error": 0, "empty_patch": 0}
+
+        def on_event(event: object) -> None:
+            _advance(bar, task, event, counts)
+
+        result = asyncio.run(validate(rows, config, repeat=repeat, progress=on_event))
+    table = Table("instance", "gold", "empty", "s", "reason")
+    for r in result.rows:
+        table.add_row(r.instance_id, "/".join(r.gold), r.empty, f"{r.seconds:.1f}", r.reason or "validated")
+    console.print(table)
+    console.print(f"validated {len(result.validated)}/{len(result.rows)}; {result.json_path}\n"
+                  f"          {result.markdown_path}", highlight=False)
+
+
+def _sources(
+    rows: list[Instance], repo_source: Path | None, specs: list[Path] | None
+) -> tuple[Path | None, list[Path] | None]:
+    """--repo-source checked; without it, mined rows rebuild their own repos and specs."""
+    if repo_source is not None and not repo_source.is_dir():
+        raise ConfigError(
+            f"--repo-source {repo_source} is not a folder; pass the folder holding the owner__name(.git) "
+            "repositories"
+        )
+    if repo_source is None:
+        return _mined_sources(rows, specs)
+    return repo_source, specs
 
 
 def _mined_sources(rows: list[Instance], specs: list[Path] | None) -> tuple[Path | None, list[Path] | None]:

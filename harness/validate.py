@@ -1,0 +1,233 @@
+"""Validate SWE-bench rows in this environment: does gold resolve, does the unfixed code not, and why not.
+
+    result = await validate(instances, HarnessConfig(run_id="v1", repo_source=Path("mirrors")), repeat=3)
+    result.json_path, result.markdown_path          # <report-dir>/<run-id>/validate.json, validate.md
+
+A row *validates* when every gold run resolves it and the run of the unpatched base (test_patch applied, no
+model patch: what SWE-bench's validation calls the empty patch) does not. Gold runs ``repeat`` times
+(``<run-id>-gold1``, ``-gold2``, ...); the base runs once (``<run-id>-empty``). Each is an ordinary
+:func:`evaluate` run, so a rerun with the same run id resumes every part. Every row that does not validate
+gets one reason from :data:`REASONS`, picked from the reports' evidence (error kinds, test logs):
+
+=======================  ==================================================================================
+``python-unavailable``   the spec needs a Python no base image has
+``needs-network``        the tests fail on network access (name resolution, refused connections)
+``build-failed``         the env or instance image did not build
+``no-repository``        the repository or its base commit is not in --repo-source
+``upstream-broken``      gold does not resolve on every run alike, or the unfixed code already passes, or
+                         test_patch does not apply: the row itself is broken here
+``flaky``                gold resolves on some runs and not on others
+``timeout``              the tests run past the timeout
+``unknown``              anything else (the detail says what happened)
+=======================  ==================================================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .config import HarnessConfig
+from .evaluate import ProgressFn, evaluate
+from .grading import ErrorKind, InstanceReport
+from .instances import Instance, Prediction, load_predictions
+from .report import RunFolder
+
+REASONS = (
+    "python-unavailable",
+    "needs-network",
+    "build-failed",
+    "no-repository",
+    "upstream-broken",
+    "flaky",
+    "timeout",
+    "unknown",
+)
+NETWORK = re.compile(
+    r"Temporary failure in name resolution|Name or service not known|Network is unreachable|"
+    r"Max retries exceeded with url|Failed to establish a new connection|nodename nor servname"
+)
+
+
+@dataclass(frozen=True)
+class RowResult:
+    """The validation of one row."""
+
+    instance_id: str
+    repo: str
+    version: str
+    gold: tuple[str, ...]
+    """Outcome of each gold run (resolved, unresolved, error)."""
+    empty: str
+    """Outcome of the unpatched base."""
+    seconds: float
+    """Wall time of all its runs."""
+    image: str | None
+    reason: str | None
+    """One of :data:`REASONS` when the row does not validate."""
+    detail: str = ""
+
+    @property
+    def validated(self) -> bool:
+        return self.reason is None
+
+    @property
+    def flake_rate(self) -> float:
+        """Share of gold runs whose outcome differs from the most common one."""
+        if not self.gold:
+            return 0.0
+        common = Counter(self.gold).most_common(1)[0][1]
+        return round(1 - common / len(self.gold), 3)
+
+
+@dataclass(frozen=True)
+class Validation:
+    run_id: str
+    rows: tuple[RowResult, ...]
+    json_path: Path
+    markdown_path: Path
+
+    @property
+    def validated(self) -> list[str]:
+        return [r.instance_id for r in self.rows if r.validated]
+
+
+async def validate(
+    instances: Sequence[Instance],
+    config: HarnessConfig,
+    repeat: int = 1,
+    progress: ProgressFn | None = None,
+) -> Validation:
+    """Run gold ``repeat`` times and the unpatched base once per row; write validate.json and validate.md."""
+    if repeat < 1:
+        raise ValueError(f"repeat must be at least 1, got {repeat}")
+    gold_runs = []
+    for k in range(1, repeat + 1):
+        cfg = config.model_copy(update={"run_id": f"{config.run_id}-gold{k}"})
+        gold_runs.append(await evaluate(instances, load_predictions("gold", instances), cfg, progress))
+    empty_cfg = config.model_copy(update={"run_id": f"{config.run_id}-empty", "run_empty": True})
+    empty = {i.instance_id: Prediction(i.instance_id, "empty", "") for i in instances}
+    base_run = await evaluate(instances, empty, empty_cfg, progress)
+    first = RunFolder(config.report_dir, gold_runs[0].run_id, gold_runs[0].model_name_or_path)
+    rows = []
+    for inst in instances:
+        log = await asyncio.to_thread(_read, first.instance_dir(inst.instance_id) / "test_output.txt")
+        gold = [run.reports[inst.instance_id] for run in gold_runs]
+        rows.append(judge(inst, gold, base_run.reports[inst.instance_id], log))
+    folder = config.report_dir / config.run_id
+    paths = await asyncio.to_thread(_write, folder, config.run_id, rows)
+    return Validation(config.run_id, tuple(rows), *paths)
+
+
+def judge(inst: Instance, gold: Sequence[InstanceReport], base: InstanceReport, log: str = "") -> RowResult:
+    """The row's result and, when it does not validate, the reason the evidence points to (``log``: the
+    first gold run's test output)."""
+    outcomes = tuple(r.outcome.value for r in gold)
+    reason, detail = _reason(gold, base, log)
+    image = next((str(r.extra["image"]) for r in gold if r.extra.get("image")), None)
+    seconds = round(sum(r.duration_s for r in gold) + base.duration_s, 3)
+    return RowResult(inst.instance_id, inst.repo, inst.version, outcomes, base.outcome.value, seconds, image,
+                     reason, detail)
+
+
+def _reason(gold: Sequence[InstanceReport], base: InstanceReport, log: str) -> tuple[str | None, str]:
+    for report in [*gold, base]:
+        if report.error_kind is not None and report.error_kind is not ErrorKind.PATCH_APPLY:
+            return _error_reason(report)
+    resolved = [r.resolved for r in gold]
+    if any(resolved) and not all(resolved):
+        return "flaky", f"gold resolved {sum(resolved)} of {len(resolved)} runs"
+    if not all(resolved):
+        failing = _failing(gold[0])
+        if NETWORK.search(log):
+            return "needs-network", f"the tests reach for the network; failing: {failing}"
+        return "upstream-broken", f"gold does not resolve; failing: {failing}"
+    if base.resolved:
+        return "upstream-broken", "the unfixed code already passes every FAIL_TO_PASS test"
+    return None, ""
+
+
+def _error_reason(report: InstanceReport) -> tuple[str, str]:
+    kind = report.error_kind
+    message = (report.error or "").splitlines()[0][:300] if report.error else ""
+    if kind in (ErrorKind.SPEC, ErrorKind.BUILD) and re.search(r"needs Python|python\d", report.error or ""):
+        return "python-unavailable", message
+    table = {
+        ErrorKind.BUILD: "build-failed",
+        ErrorKind.REPO: "no-repository",
+        ErrorKind.TEST_PATCH: "upstream-broken",
+        ErrorKind.TIMEOUT: "timeout",
+        ErrorKind.ENV_TIMEOUT: "timeout",
+    }
+    return table.get(kind, "unknown"), f"{kind}: {message}"  # type: ignore[arg-type]
+
+
+def _failing(report: InstanceReport) -> str:
+    if report.tests is None:
+        return "no parsed results"
+    names = [*report.tests.fail_to_pass_failure, *report.tests.pass_to_pass_failure]
+    rules = sorted({f.rule for f in report.findings})
+    shown = ", ".join(names[:3]) + (f" (+{len(names) - 3})" if len(names) > 3 else "")
+    return shown + (f"; rules {', '.join(rules)}" if rules else "")
+
+
+def _write(folder: Path, run_id: str, rows: Sequence[RowResult]) -> tuple[Path, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {
+        "run_id": run_id,
+        "rows": [{**asdict(r), "validated": r.validated, "flake_rate": r.flake_rate} for r in rows],
+        "per_repo": {repo: {**asdict(t), "reasons": dict(t.reasons)} for repo, t in _per_repo(rows).items()},
+    }
+    json_path, md_path = folder / "validate.json", folder / "validate.md"
+    json_path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    md_path.write_text(markdown(rows, run_id), encoding="utf-8")
+    return json_path, md_path
+
+
+@dataclass
+class _Tally:
+    rows: int = 0
+    gold_resolved: int = 0
+    empty_resolved: int = 0
+    reasons: Counter[str] = field(default_factory=Counter)
+
+
+def _per_repo(rows: Sequence[RowResult]) -> dict[str, _Tally]:
+    out: dict[str, _Tally] = {}
+    for r in rows:
+        t = out.setdefault(r.repo, _Tally())
+        t.rows += 1
+        t.gold_resolved += all(g == "resolved" for g in r.gold)
+        t.empty_resolved += r.empty == "resolved"
+        if r.reason:
+            t.reasons[r.reason] += 1
+    return dict(sorted(out.items()))
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def markdown(rows: Sequence[RowResult], run_id: str) -> str:
+    """validate.md: per repository, then per row."""
+    lines = [f"# Validation {run_id}", "", "| repository | rows | gold resolved | empty resolved | reasons |",
+             "| --- | --- | --- | --- | --- |"]
+    for repo, t in _per_repo(rows).items():
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(t.reasons.items())) or "-"
+        lines.append(f"| {repo} | {t.rows} | {t.gold_resolved} | {t.empty_resolved} | {reasons} |")
+    lines += ["", "| instance | gold | empty | seconds | flake rate | reason | detail |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        detail = r.detail.replace("|", "\\|")
+        cells = [r.instance_id, "/".join(r.gold), r.empty, f"{r.seconds:.1f}", str(r.flake_rate),
+                 r.reason or "validated", detail]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

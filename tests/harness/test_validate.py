@@ -1,0 +1,83 @@
+"""``harness validate`` on the toy repository (real docker): gold and the unpatched base per row, a reason
+from the fixed list for every row that does not validate, validate.json/md, resume, --repeat."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from toyrepo import KEY, PATCHES, row
+from typer.testing import CliRunner
+
+from envfarm.cli import app
+from envfarm.harness import HarnessConfig, Instance, ResolutionStatus, grade
+from envfarm.harness.instances import instance_from_row
+from envfarm.harness.validate import REASONS, Validation, validate
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+def rows(base: str) -> list[Instance]:
+    good = instance_from_row(row(f"{KEY}-valid", base))
+    half = dataclasses.replace(instance_from_row(row(f"{KEY}-halfgold", base)), patch=PATCHES["half"])
+    fixed = dataclasses.replace(
+        instance_from_row(row(f"{KEY}-prefixed", base)), fail_to_pass=("tests/test_ops.py::test_add",)
+    )
+    ghost = dataclasses.replace(instance_from_row(row(f"{KEY}-ghost", base)), base_commit="1" * 40)
+    return [good, half, fixed, ghost]
+
+
+@pytest.fixture(scope="module")
+def validation(toy: tuple[Path, str, Path], tmp_path_factory: pytest.TempPathFactory) -> Validation:
+    source, base, specs = toy
+    cfg = HarnessConfig(run_id="v1", report_dir=tmp_path_factory.mktemp("validate"), repo_source=source,
+                        specs=(specs,), max_workers=3, timeout_s=60)
+    return asyncio.run(validate(rows(base), cfg, repeat=2))
+
+
+def test_reasons_per_row(validation: Validation) -> None:
+    by = {r.instance_id.rsplit("-", 1)[1]: r for r in validation.rows}
+    assert by["valid"].validated and by["valid"].gold == ("resolved", "resolved")
+    assert by["valid"].empty == "unresolved" and by["valid"].flake_rate == 0.0
+    assert by["halfgold"].reason == "upstream-broken" and "test_div" in by["halfgold"].detail
+    assert by["prefixed"].reason == "upstream-broken" and "already passes" in by["prefixed"].detail
+    assert by["ghost"].reason == "no-repository"
+    assert {r.reason for r in validation.rows} <= {None, *REASONS}
+    assert validation.validated == [f"{KEY}-valid"]
+
+
+def test_files_and_resume(validation: Validation, toy: tuple[Path, str, Path]) -> None:
+    data = json.loads(validation.json_path.read_text())
+    assert data["per_repo"]["envfarm-tests/calc"]["rows"] == 4
+    assert data["per_repo"]["envfarm-tests/calc"]["reasons"] == {"no-repository": 1, "upstream-broken": 2}
+    md = validation.markdown_path.read_text()
+    assert "| envfarm-tests/calc | 4 | 2 | 1 |" in md and f"| {KEY}-valid | resolved/resolved |" in md
+    source, base, specs = toy
+    cfg = HarnessConfig(run_id="v1", report_dir=validation.json_path.parents[1], repo_source=source,
+                        specs=(specs,), max_workers=3, timeout_s=60)
+    events: list[object] = []
+    again = asyncio.run(validate(rows(base)[:1], cfg, repeat=2, progress=events.append))
+    assert {getattr(e, "phase", None) for e in events} == {"skipped"}, "every part resumes"
+    assert again.rows[0].validated
+
+
+def test_a_baseline_log_is_graded_not_counted_empty(toy_instance: Instance) -> None:
+    log = (">>>>> Start Test Output\nPASSED tests/test_ops.py::test_add\nFAILED tests/test_ops.py::test_mul\n"
+           ">>>>> End Test Output\n")
+    report = grade(toy_instance, log, model_patch=None, baseline=True)
+    assert report.outcome.value == "unresolved" and report.status is ResolutionStatus.NO
+    assert not report.patch_exists
+
+
+def test_cli(toy: tuple[Path, str, Path], tmp_path: Path) -> None:
+    source, base, specs = toy
+    table = tmp_path / "rows.jsonl"
+    table.write_text(json.dumps(row(f"{KEY}-cli", base)) + "\n")
+    args = ["harness", "validate", "--instances", str(table), "--run-id", "c1", "--report-dir",
+            str(tmp_path / "r"), "--repo-source", str(source), "--specs", str(specs)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "validated 1/1" in result.output and (tmp_path / "r" / "c1" / "validate.md").is_file()
