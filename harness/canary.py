@@ -71,12 +71,15 @@ def style_for(log_parser: str) -> Style:
 
 
 def pick_module(test_files: Sequence[str], test_command: str, rng: Random) -> list[str]:
-    """Python test modules of ``test_files`` the run executes, the ones the command names first, shuffled."""
-    named = [f for f in test_files if f.endswith(".py") and f in test_command]
-    others = [f for f in test_files if MODULE_NAME.search(f) and f not in named]
-    rng.shuffle(named)
-    rng.shuffle(others)
-    return named + others
+    """Python test modules of ``test_files`` the run executes, best first (each group shuffled): named like a
+    test module and named by the command; named like one; only named by the command (a helper module the
+    command passes, such as sympy's ``quality_unicode.py``, is collected by no runner)."""
+    named = {f for f in test_files if f.endswith(".py") and f in test_command}
+    looks = {f for f in test_files if MODULE_NAME.search(f)}
+    groups = [sorted(named & looks), sorted(looks - named), sorted(named - looks)]
+    for group in groups:
+        rng.shuffle(group)
+    return [f for group in groups for f in group]
 
 
 def plant(module: str, text: str, style: Style, rng: Random | None = None,

@@ -113,6 +113,10 @@ def test_module_choice_prefers_files_the_command_names() -> None:
     files = ("tests/test_a.py", "tests/data.json", "src/helpers.py", "tests/test_b.py")
     order = canary.pick_module(files, "pytest -rA tests/test_b.py", Random(0))
     assert order == ["tests/test_b.py", "tests/test_a.py"]
+    sympy = ("sympy/testing/quality_unicode.py", "sympy/parsing/tests/test_x.py")
+    assert canary.pick_module(sympy, "bin/test -C --verbose " + " ".join(sympy), Random(0)) == [
+        "sympy/parsing/tests/test_x.py", "sympy/testing/quality_unicode.py"
+    ], "a helper module the command passes is the last resort"
     assert canary.style_for("parse_log_django") == "unittest"
     assert canary.style_for("parse_log_sympy") == canary.style_for("parse_log_pytest") == "function"
 
