@@ -141,7 +141,7 @@ async def raw_arm(backend_name: str, exprs: list[str]) -> dict[str, Any]:
                     async with pool.lease() as sb:
                         await sb.write_file(CALC_PATH, CALC_SOURCE)
                         async with slots:
-                            res = await sb.exec(["python3", CALC_PATH, expr], timeout=CALC_TIMEOUT_S)
+                            res = await sb.exec(["python3", CALC_PATH, expr], timeout_s=CALC_TIMEOUT_S)
                         ok += res.exit_code == 0 and not res.timed_out
                 finally:
                     sampler.active -= 1

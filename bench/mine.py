@@ -21,6 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from envfarm.envs.code_repair.factory.mine import MineConfig, Progress, mine
+from envfarm.sandbox.values import IMAGE_BACKEND
 
 PACKAGES = ("boltons==26.2.0", "cachetools==8.0.2", "tabulate==0.10.0", "python-slugify==9.2.0",
             "inflection==0.5.1")
@@ -32,7 +33,7 @@ def main() -> None:
     ap.add_argument("--packages", nargs="+", default=list(PACKAGES))
     ap.add_argument("--max-tasks", type=int, default=44)
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--backend", default="docker")
+    ap.add_argument("--backend", default=IMAGE_BACKEND)
     ap.add_argument("--out", type=Path, default=Path("out/bench-mine/tasks.jsonl"))
     ap.add_argument("--resume", action="store_true", help="keep the work folder of an earlier run")
     ap.add_argument("--json", type=Path, default=Path("bench/results/mine.json"))

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from envfarm.sandbox.values import DEFAULT_BACKEND
 from envfarm.trainer.learner import Learner, LearnerConfig
 from envfarm.trainer.policy import Policy, clone_policy, load_policy
 from envfarm.trainer.samples import TokenSample
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--updates", type=int, default=3, help="RL updates per mode (sync/async)")
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--group", type=int, default=4)
-    ap.add_argument("--backend", default="bwrap")
+    ap.add_argument("--backend", default=DEFAULT_BACKEND)
     ap.add_argument("--skip-rl", action="store_true")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "trainer.json")
     args = ap.parse_args(argv)

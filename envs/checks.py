@@ -21,6 +21,8 @@ from typing import Any
 
 import gymnasium
 
+from envfarm.sandbox.values import DEFAULT_BACKEND
+
 from .core import AgentEnv
 
 ORACLE_MIN_RATE = 0.99
@@ -184,7 +186,7 @@ def check_vector(env_id: str, backend: str) -> str:
 
 def run_conformance(
     env_id: str,
-    backend: str = "bwrap",
+    backend: str = DEFAULT_BACKEND,
     seeds: int = 200,
     leak_episodes: int = 100,
     vector: bool = True,

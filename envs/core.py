@@ -4,7 +4,7 @@ An :class:`AgentEnv` is a ``gymnasium.Env[str, str]``: observations are text, ac
 message holding one tool call; see ``envs/actions.py`` for the accepted forms). Each episode gets a fresh
 sandbox from a warm pool; the task is generated from the seed, so ``reset(seed=s)`` is deterministic.
 
-    env = gymnasium.make("envfarm/ToolCalc-v0", backend="docker")
+    env = gymnasium.make("envfarm/ToolCalc-v0", backend="bwrap")   # the default; or "docker"
     obs, info = env.reset(seed=7)                 # info["tools"]: OpenAI function-calling schema
     obs, reward, terminated, truncated, info = env.step('{"name": "calc", "arguments": {"expr": "6*7"}}')
 
@@ -43,7 +43,7 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from envfarm.errors import SandboxError
-from envfarm.sandbox import ExecResult, Limits, Sandbox, get_backend
+from envfarm.sandbox import DEFAULT_BACKEND, ExecResult, Limits, Sandbox, get_backend
 from envfarm.sandbox.pool import SandboxPool
 
 from .actions import FORMAT_HELP, ActionError, parse_action
@@ -53,7 +53,6 @@ log = logging.getLogger(__name__)
 
 MAX_ACTION_CHARS = 1 << 16
 MAX_OBS_CHARS = 1 << 20
-DEFAULT_BACKEND = "docker"
 TaskT = TypeVar("TaskT")
 ArgsT = TypeVar("ArgsT", bound=BaseModel)
 

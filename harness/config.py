@@ -7,6 +7,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from envfarm.sandbox.values import IMAGE_BACKEND, TIMEOUTS
+
 from .tamper import Policy
 
 
@@ -25,9 +27,9 @@ class HarnessConfig(BaseModel):
     """Extra spec files or folders, searched before images/swebench/."""
     max_workers: int = Field(4, ge=1)
     """Instances built and run at the same time (and parallel docker builds)."""
-    timeout_s: float = Field(1800.0, gt=0)
+    timeout_s: float = Field(TIMEOUTS.tests_s, gt=0)
     """Seconds the tests of one instance may run (a spec's timeout_s may raise it)."""
-    backend: str = "docker"
+    backend: str = IMAGE_BACKEND
     """Sandbox backend that runs the tests (the images are docker images)."""
     tamper: Policy = Policy.REVERT
     """What a tamper rule does when it fires: revert (default), flag, or off (SWE-bench's behaviour)."""

@@ -180,7 +180,7 @@ async def _attempt(sb: Sandbox, plan: Plan, patch: str | None, opts: _Options, s
             steps=tuple(steps.lines),
             timings=steps.timings,
         )
-    diff = (await sb.exec(f"{GIT} diff", cwd=WORKDIR, timeout=STEP_TIMEOUT_S)).stdout
+    diff = (await sb.exec(f"{GIT} diff", cwd=WORKDIR, timeout_s=STEP_TIMEOUT_S)).stdout
     planted = await _plant(sb, plan, steps) if opts.canaries else None
     script = eval_script(plan)
     res, raw, oom_killed, cut = await _run_tests(sb, script, opts, oom_before, steps)
@@ -213,7 +213,7 @@ async def _run_tests(
     await sb.write_file(f"{TMP}/eval.sh", script)
     t = time.monotonic()
     res = await sb.exec(
-        ["bash", "-c", f"bash {TMP}/eval.sh > {TMP}/test_output.raw 2>&1"], timeout=opts.timeout_s
+        ["bash", "-c", f"bash {TMP}/eval.sh > {TMP}/test_output.raw 2>&1"], timeout_s=opts.timeout_s
     )
     steps.timings["tests_s"] = time.monotonic() - t
     raw, cut = await _read_capped(sb, f"{TMP}/test_output.raw", opts.output_cap)
@@ -231,7 +231,7 @@ async def _run_tests(
 async def _read_capped(sb: Sandbox, path: str, cap: int) -> tuple[str, int]:
     """The text of ``path``; past ``cap`` bytes, its first quarter and last three quarters of the cap with
     a line between them saying how much was cut (the parsers need the summary at the end)."""
-    size_res = await sb.exec(["stat", "-c", "%s", path], timeout=30)
+    size_res = await sb.exec(["stat", "-c", "%s", path], timeout_s=30)
     try:
         size = int(size_res.stdout.strip())
     except ValueError:
@@ -267,7 +267,7 @@ async def _plant(sb: Sandbox, plan: Plan, steps: _Steps) -> tuple[Canary, ...]:
 
 
 async def _sh(sb: Sandbox, script: str, what: str, cwd: str = WORKDIR, check: bool = True) -> ExecResult:
-    res = await sb.exec(["bash", "-c", script], cwd=cwd, timeout=STEP_TIMEOUT_S)
+    res = await sb.exec(["bash", "-c", script], cwd=cwd, timeout_s=STEP_TIMEOUT_S)
     if check and not res.ok:
         raise SandboxError(f"{what} failed in {sb} (exit {res.exit_code}):\n{tail(res.stderr or res.stdout)}")
     return res
@@ -288,7 +288,7 @@ async def _status(sb: Sandbox) -> list[tuple[str, str]]:
 
 
 async def _oom_count(sb: Sandbox) -> int | None:
-    res = await sb.exec(["bash", "-c", OOM_COUNT], timeout=30)
+    res = await sb.exec(["bash", "-c", OOM_COUNT], timeout_s=30)
     try:
         return int(res.stdout.split()[0])
     except (IndexError, ValueError):
@@ -306,7 +306,7 @@ async def _apply(sb: Sandbox, steps: _Steps) -> str | None:
                 "reset the repository",
                 cwd="/workspace",
             )
-        res = await sb.exec(["bash", "-c", f"{cmd} {TMP}/model.patch"], cwd=WORKDIR, timeout=STEP_TIMEOUT_S)
+        res = await sb.exec(["bash", "-c", f"{cmd} {TMP}/model.patch"], cwd=WORKDIR, timeout_s=STEP_TIMEOUT_S)
         steps.note(f"{cmd.replace(GIT, 'git')}: exit {res.exit_code}\n{tail(res.stdout + res.stderr, 30)}")
         if res.exit_code == 0:
             return cmd.replace(GIT, "git")
@@ -357,7 +357,7 @@ async def _apply_test_patch(sb: Sandbox, plan: Plan, steps: _Steps) -> bool:
     await _restore(sb, plan.test_files)
     await sb.write_file(f"{TMP}/test.patch", plan.instance.test_patch)
     res = await sb.exec(
-        ["bash", "-c", f"{GIT} apply --verbose {TMP}/test.patch"], cwd=WORKDIR, timeout=STEP_TIMEOUT_S
+        ["bash", "-c", f"{GIT} apply --verbose {TMP}/test.patch"], cwd=WORKDIR, timeout_s=STEP_TIMEOUT_S
     )
     steps.note(
         f"test_patch ({len(plan.test_files)} files reset): exit {res.exit_code}\n"

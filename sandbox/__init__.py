@@ -7,6 +7,7 @@ from typing import Any
 from envfarm.errors import ConfigError
 
 from .base import Backend, ExecResult, Limits, Sandbox
+from .values import DEFAULT_BACKEND, IMAGE_BACKEND, TIMEOUTS, Timeouts
 
 BACKENDS = ("docker", "bwrap", "local")
 
@@ -32,4 +33,5 @@ def get_backend(name: str, **config: Any) -> Backend:
     raise ConfigError(f"unknown sandbox backend {name!r}: choose one of {', '.join(BACKENDS)}{did}")
 
 
-__all__ = ["BACKENDS", "Backend", "ExecResult", "Limits", "Sandbox", "get_backend"]
+__all__ = ["BACKENDS", "DEFAULT_BACKEND", "IMAGE_BACKEND", "TIMEOUTS", "Backend", "ExecResult", "Limits",
+           "Sandbox", "Timeouts", "get_backend"]

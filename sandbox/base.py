@@ -2,7 +2,7 @@
 
     backend = get_backend("docker")              # or "bwrap", "local"
     async with backend.open(image=None, limits=Limits(memory_mb=512)) as sb:
-        res = await sb.exec("pytest -q", timeout=30)
+        res = await sb.exec("pytest -q", timeout_s=30)
         res.exit_code, res.stdout, res.stderr, res.duration, res.timed_out, res.truncated
         await sb.write_file("/workspace/a.py", "print(1)\\n")
         data = await sb.read_file("/workspace/a.py")
@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import time
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -40,7 +41,7 @@ from envfarm.errors import (
 
 from .agent_io import AgentPipe, agent_argv
 from .transfer import Transfers
-from .values import AGENT_GRACE_S, START_TIMEOUT_S, ExecResult, Limits
+from .values import TIMEOUTS, ExecResult, Limits
 
 log = logging.getLogger(__name__)
 _SANDBOX_NUMBERS = itertools.count(1)
@@ -99,23 +100,30 @@ class Sandbox(Transfers):
     async def exec(
         self,
         cmd: str | Sequence[str],
-        timeout: float | None = None,
+        timeout_s: float | None = None,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         check: bool = False,
+        *,
+        timeout: float | None = None,
     ) -> ExecResult:
         """Run ``cmd`` (a string goes to ``bash -c``; a list is an argv) and wait for it.
 
-        The command's whole process tree is killed when it ends or times out. A timeout is a result
-        (``timed_out=True``) unless ``check=True``, which raises ExecTimeout / ExecFailed instead.
+        The command's whole process tree is killed when it ends or after ``timeout_s`` (default
+        ``Limits.timeout_s``). A timeout is a result (``timed_out=True``) unless ``check=True``, which raises
+        ExecTimeout / ExecFailed instead. ``timeout=`` is the deprecated spelling of ``timeout_s=``.
         """
+        if timeout is not None:
+            warnings.warn("Sandbox.exec(timeout=) is deprecated; pass timeout_s=", DeprecationWarning,
+                          stacklevel=2)
+            timeout_s = timeout if timeout_s is None else timeout_s
         argv = ["/bin/bash", "-c", cmd] if isinstance(cmd, str) else [str(a) for a in cmd]
         if not argv:
             raise ConfigError("exec needs a command; got an empty argv")
-        limit = self.limits.timeout_s if timeout is None else float(timeout)
+        limit = self.limits.timeout_s if timeout_s is None else float(timeout_s)
         reply = await self._call(
             "exec",
-            limit + AGENT_GRACE_S,
+            limit + TIMEOUTS.agent_grace_s,
             argv=argv,
             cwd=cwd or self.workdir,
             env=dict(env or {}),
@@ -273,15 +281,15 @@ class Backend(ABC):
         spec = SandboxSpec(self._new_id(), image, limits or Limits(), dict(labels or {}))
         t0 = time.perf_counter()
         try:
-            async with asyncio.timeout(START_TIMEOUT_S):
+            async with asyncio.timeout(TIMEOUTS.start_s):
                 handle = await self._open(spec)
         except TimeoutError as e:
             raise SandboxStartError(f"{self.name} sandbox {spec.sandbox_id} did not start in "
-                                    f"{START_TIMEOUT_S:.0f}s") from e
+                                    f"{TIMEOUTS.start_s:.0f}s") from e
         sb = Sandbox(self, spec, handle)
         self._live[sb.id] = sb
         try:
-            await sb._call("ping", START_TIMEOUT_S)
+            await sb._call("ping", TIMEOUTS.start_s)
         except BaseException as e:
             await sb.close()
             if isinstance(e, SandboxError):

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from envfarm.errors import ConfigError, SandboxFileError
 
-from .values import FILE_OP_TIMEOUT_S, ExecResult
+from .values import TIMEOUTS, ExecResult
 
 CHUNK = 4 << 20  # bytes per agent read/write request
 
@@ -27,7 +27,7 @@ class Transfers:
 
         async def _call(self, op: str, deadline_s: float, **fields: Any) -> dict[str, Any]: ...
 
-        async def exec(self, cmd: Any, timeout: float | None = None, cwd: str | None = None,
+        async def exec(self, cmd: Any, timeout_s: float | None = None, cwd: str | None = None,
                        env: Any = None, check: bool = False) -> ExecResult: ...
 
     def _abs(self, path: str) -> str:
@@ -37,7 +37,7 @@ class Transfers:
         """The bytes of file ``path`` (relative paths are under the workspace)."""
         path, parts, offset = self._abs(path), [], 0
         while True:
-            reply = await self._call("read", FILE_OP_TIMEOUT_S, path=path, offset=offset, size=CHUNK)
+            reply = await self._call("read", TIMEOUTS.file_op_s, path=path, offset=offset, size=CHUNK)
             data = base64.b64decode(reply["data"])
             parts.append(data)
             offset += len(data)
@@ -50,7 +50,7 @@ class Transfers:
         path = self._abs(path)
         for start in range(0, max(len(raw), 1), CHUNK):
             chunk = base64.b64encode(raw[start : start + CHUNK]).decode()
-            await self._call("write", FILE_OP_TIMEOUT_S, path=path, data=chunk, append=start > 0, mode=mode)
+            await self._call("write", TIMEOUTS.file_op_s, path=path, data=chunk, append=start > 0, mode=mode)
 
     async def upload(self, local: str | Path, dest: str) -> None:
         """Copy a local file or folder to ``dest`` inside the sandbox (a folder's contents go into dest)."""
@@ -83,7 +83,7 @@ class Transfers:
         return out.joinpath(name)
 
     async def _run_checked(self, script: str, what: str) -> None:
-        res = await self.exec(script, timeout=FILE_OP_TIMEOUT_S)
+        res = await self.exec(script, timeout_s=TIMEOUTS.file_op_s)
         if res.exit_code != 0:
             raise SandboxFileError(0, f"{what} failed in {self}: {res.stderr.strip()[-500:]}")
 

@@ -1,6 +1,6 @@
 """The sandbox's values, one floor below ``base.py`` (which re-exports them) so that ``transfer.py`` and the
-backends share them without importing the contract module: :class:`Limits`, :class:`ExecResult` and the
-timeouts of the sandbox boundary.
+backends share them without importing the contract module: :class:`Limits`, :class:`ExecResult`, the default
+backend and every timeout's default (:data:`TIMEOUTS`).
 """
 
 from __future__ import annotations
@@ -9,9 +9,39 @@ from dataclasses import dataclass
 
 from envfarm.errors import ConfigError, ExecFailed, ExecTimeout, tail
 
-START_TIMEOUT_S = 60.0  # a sandbox and its agent must answer within this
-AGENT_GRACE_S = 10.0  # the agent answers within timeout + this, or the sandbox is declared hung
-FILE_OP_TIMEOUT_S = 120.0  # one agent read/write request, one tar transfer
+DEFAULT_BACKEND = "bwrap"
+"""The backend of every env, farm, eval, demo and training run unless ``--backend`` or ``backend=`` says
+otherwise. bwrap needs the least set-up on a fresh machine (bubblewrap and the debootstrap rootfs folder: no
+daemon, no image import) and steps about twice as fast as docker (README: measured here)."""
+IMAGE_BACKEND = "docker"
+"""The default for sandboxes of docker-built images (the harness's instance images; CodeRepair, the task
+factory): docker builds them, and bwrap would export each into a rootfs folder first."""
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Every timeout envfarm has, one meaning each, in seconds. :data:`TIMEOUTS` holds the defaults that the
+    configs start from; a field keeps its own name where it is set (``Limits.timeout_s`` is ``command_s``)."""
+
+    command_s: float = 60.0
+    """One command in a sandbox; its whole process tree is killed past it (``Limits.timeout_s``,
+    ``sb.exec(cmd, timeout_s=...)``). A timed-out command is a result, not an error."""
+    episode_s: float = 900.0
+    """One farm episode from reset to its last step (``FarmConfig.episode_timeout_s``); past it the episode
+    is recorded as an infrastructure error."""
+    request_s: float = 120.0
+    """One HTTP request of the OpenAI-compatible policy client (``OpenAIPolicy(timeout_s=...)``)."""
+    tests_s: float = 1800.0
+    """The tests of one harness instance (``HarnessConfig.timeout_s``; a spec's ``timeout_s`` raises it)."""
+    start_s: float = 60.0
+    """A new sandbox and its agent must answer within this."""
+    agent_grace_s: float = 10.0
+    """The agent answers within a command's timeout plus this, or the sandbox is declared hung."""
+    file_op_s: float = 120.0
+    """One agent read/write request, one tar transfer."""
+
+
+TIMEOUTS = Timeouts()
 
 
 @dataclass(frozen=True)
@@ -28,7 +58,7 @@ class Limits:
     """Size cap of each writable tmpfs: /workspace and /tmp. Everything else is read-only."""
     output_bytes: int = 1 << 20
     """Captured bytes per stream per command; the rest is dropped and ``truncated`` is set."""
-    timeout_s: float = 60.0
+    timeout_s: float = TIMEOUTS.command_s
     """Default timeout of one command; its whole process tree is killed past it."""
     shm_mb: int = 64
     """Size cap of /dev/shm, a tmpfs of its own whose pages count toward ``memory_mb``. 64 MiB is Docker's
@@ -74,4 +104,4 @@ class ExecResult:
         return self
 
 
-__all__ = ["AGENT_GRACE_S", "FILE_OP_TIMEOUT_S", "START_TIMEOUT_S", "ExecResult", "Limits"]
+__all__ = ["DEFAULT_BACKEND", "IMAGE_BACKEND", "TIMEOUTS", "ExecResult", "Limits", "Timeouts"]

@@ -3,7 +3,8 @@
 
 - no import cycle between files (a helper two files share lives one floor down, in a module both import);
 - an env knows no orchestrator: nothing under ``envs/`` imports the farm, the trainer or the CLI;
-- ``sandbox/`` imports nothing above it; ``harness/`` imports no env, farm or trainer.
+- ``sandbox/`` imports nothing above it; ``harness/`` imports no env, farm or trainer;
+- a default backend is named once (``sandbox/values.py``): no ``backend = "docker"`` default anywhere else.
 
 Modules are named as installed (``envs/core.py`` is ``envfarm.envs.core``), from pyproject's package-dir.
 """
@@ -140,3 +141,28 @@ def test_no_import_cycle_between_files() -> None:
 ], ids=["envs-know-no-orchestrator", "harness", "sandbox"])
 def test_layers_import_nothing_above_them(layer: str, above: tuple[str, ...]) -> None:
     assert not _violations(layer, above)
+
+
+def _backend_defaults(tree: ast.AST) -> Iterator[int]:
+    """Lines where a parameter, field or ``--backend`` option named backend defaults to a literal."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arguments):
+            params = [*node.posonlyargs, *node.args][-len(node.defaults):] if node.defaults else []
+            pairs = [*zip(params, node.defaults, strict=True),
+                     *zip(node.kwonlyargs, node.kw_defaults, strict=True)]
+            yield from (d.lineno for a, d in pairs if a.arg == "backend" and isinstance(d, ast.Constant)
+                        and isinstance(d.value, str))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            if node.target.id == "backend" and isinstance(node.value, ast.Constant) and node.value.value:
+                yield node.lineno
+        elif isinstance(node, ast.Call) and any(isinstance(a, ast.Constant) and a.value == "--backend"
+                                                for a in node.args):
+            yield from (k.value.lineno for k in node.keywords
+                        if k.arg == "default" and isinstance(k.value, ast.Constant))
+
+
+def test_the_default_backend_is_named_once() -> None:
+    files = [*modules().values(), *sorted((ROOT / "bench").glob("*.py"))]
+    found = [f"{path.relative_to(ROOT)}:{line}" for path in files
+             for line in _backend_defaults(ast.parse(path.read_text()))]
+    assert not found, f"use envfarm.sandbox.DEFAULT_BACKEND (or IMAGE_BACKEND) instead of a literal: {found}"

@@ -24,6 +24,7 @@ import numpy as np
 from envfarm.rollout.eval import run_eval
 from envfarm.rollout.farm import FarmConfig
 from envfarm.rollout.openai_policy import OpenAIPolicy
+from envfarm.sandbox.values import DEFAULT_BACKEND
 
 BOOTSTRAP_SAMPLES = 10_000
 
@@ -37,7 +38,7 @@ class EvalSettings:
     """Held-out tasks (one attempt each)."""
     seed: int
     """Seed of the first held-out task; task t uses seed + t."""
-    backend: str = "bwrap"
+    backend: str = DEFAULT_BACKEND
     temperature: float = 1.0
     """Sampling temperature of the policy (the training temperature)."""
     max_tokens: int = 96

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from envfarm.errors import ConfigError
+from envfarm.sandbox.values import DEFAULT_BACKEND
 
 CONFIG_FILE = "config.json"
 SEED_RANGE = 1_000_000
@@ -35,7 +36,7 @@ class TrainConfig:
     """A policy folder (``save_policy`` output or a Hugging Face folder) to start from instead."""
     device: str | None = None
     """cpu, cuda, cuda:N; None: cuda when available, else cpu."""
-    backend: str = "bwrap"
+    backend: str = DEFAULT_BACKEND
     """Sandbox backend of every farm run (bwrap: fastest here)."""
     seed: int = 0
     """Model init and SFT batch order."""

@@ -22,6 +22,7 @@ from rich.table import Table
 from envfarm.errors import FarmError
 from envfarm.rollout import Farm, FarmConfig, OraclePolicy, Summary
 from envfarm.sandbox import Backend, Limits, get_backend
+from envfarm.sandbox.values import DEFAULT_BACKEND
 
 console = Console()
 ENVS = ("envfarm/ToolCalc-v0", "envfarm/SqlQuery-v0", "envfarm/FileOps-v0", "envfarm/OrderDesk-v0")
@@ -90,7 +91,7 @@ def render(summaries: list[Summary], hostile: dict[str, str], backend: str) -> t
 
 
 def demo(
-    backend: Annotated[str, typer.Option(help="Sandbox backend: bwrap or docker.")] = "bwrap",
+    backend: Annotated[str, typer.Option(help="Sandbox backend: bwrap or docker.")] = DEFAULT_BACKEND,
     episodes: Annotated[int, typer.Option(min=1, help="Episodes per env.")] = 100,
     concurrency: Annotated[int, typer.Option(min=1, help="Episodes in flight at once.")] = 32,
     out: Annotated[Path, typer.Option(help="Run folders (trajectories, summaries).")] = Path("out/demo"),

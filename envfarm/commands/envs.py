@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from envfarm.sandbox import BACKENDS
+from envfarm.sandbox import BACKENDS, DEFAULT_BACKEND
 
 app = typer.Typer(name="envs", help="Registered environments: list them, run the conformance suite.",
                   no_args_is_help=True)
@@ -42,7 +42,7 @@ def list_envs(
 @app.command("check")
 def check(
     env_id: Annotated[str, typer.Argument(help="Registered env id, e.g. envfarm/ToolCalc-v0.")],
-    backend: Annotated[str, typer.Option(help=f"Sandbox backend: {', '.join(BACKENDS)}.")] = "bwrap",
+    backend: Annotated[str, typer.Option(help=f"Sandbox backend: {', '.join(BACKENDS)}.")] = DEFAULT_BACKEND,
     seeds: Annotated[int, typer.Option(min=1, help="Seeds the oracle must solve (>= 99%).")] = 200,
     leak_episodes: Annotated[int, typer.Option(min=1, help="Episodes run for the leak check.")] = 100,
     vector: Annotated[bool, typer.Option(help="Also run it in gymnasium's AsyncVectorEnv.")] = True,

@@ -37,11 +37,11 @@ from envfarm.rollout.policy_spec import make_policy
 from envfarm.rollout.receiver import serve
 from envfarm.rollout.runs import RunSpec, read_spec
 from envfarm.rollout.sinks import FileSink, HTTPSink, Sink
+from envfarm.sandbox.values import DEFAULT_BACKEND, TIMEOUTS
 
 from .farm_view import FarmView, summary_table
 
 EXIT_INTERRUPTED = 130
-DEFAULT_BACKEND = "docker"
 
 app = typer.Typer(name="farm", help="Run many episodes at once: rollouts to JSONL and to a learner.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -52,7 +52,8 @@ T = TypeVar("T")
 # Options shared by `farm run` and `eval`.
 EnvOpt = Annotated[str | None, typer.Option("--env", help="Registered env id (`envfarm envs list`).")]
 PolicyOpt = Annotated[str | None, typer.Option(help="oracle | random | openai:URL (an OpenAI-style server).")]
-BackendOpt = Annotated[str | None, typer.Option(help="Sandbox backend: docker or bwrap [default: docker].")]
+BackendOpt = Annotated[str | None, typer.Option(
+    help=f"Sandbox backend: bwrap or docker [default: {DEFAULT_BACKEND}].")]
 ConcurrencyOpt = Annotated[int, typer.Option(min=1, help="Episodes in flight at once.")]
 StepSlotsOpt = Annotated[int | None, typer.Option(min=1, help="Env steps running in sandboxes at once (bound "
                                                   "it near the cores for CPU-bound tools) [default: none].")]
@@ -205,7 +206,7 @@ def run_command(
     seed: SeedOpt = None,
     env_kwargs: EnvArgsOpt = None,
     model: ModelOpt = None,
-    policy_timeout: PolicyTimeoutOpt = 120.0,
+    policy_timeout: PolicyTimeoutOpt = TIMEOUTS.request_s,
     policy_retries: PolicyRetriesOpt = 6,
     temperature: TemperatureOpt = 1.0,
     max_tokens: MaxTokensOpt = 1024,
@@ -291,7 +292,7 @@ def eval_command(
     run_dir: RunDirOpt = None,
     env_kwargs: EnvArgsOpt = None,
     model: ModelOpt = None,
-    policy_timeout: PolicyTimeoutOpt = 120.0,
+    policy_timeout: PolicyTimeoutOpt = TIMEOUTS.request_s,
     policy_retries: PolicyRetriesOpt = 6,
     temperature: TemperatureOpt = 1.0,
     max_tokens: MaxTokensOpt = 1024,

@@ -13,6 +13,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from envfarm.sandbox.values import DEFAULT_BACKEND
+
 console = Console(stderr=True)
 
 app = typer.Typer(name="openenv", no_args_is_help=True,
@@ -22,7 +24,8 @@ app = typer.Typer(name="openenv", no_args_is_help=True,
 @app.command("serve")
 def serve_command(
     env: Annotated[str, typer.Option("--env", help="Registered env id (`envfarm envs list`).")],
-    backend: Annotated[str, typer.Option(help="Sandbox backend of AgentEnvs: docker or bwrap.")] = "docker",
+    backend: Annotated[str, typer.Option(help="Sandbox backend of AgentEnvs: bwrap or docker.")] \
+        = DEFAULT_BACKEND,
     env_kwargs: Annotated[str | None, typer.Option(
         "--env-kwargs", help='Env constructor arguments as JSON, e.g. \'{"difficulty": 1}\'.')] = None,
     host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",

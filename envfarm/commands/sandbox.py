@@ -93,7 +93,7 @@ async def run_in_sandbox(
     await backend.check()
     try:
         async with backend.open(image=image, limits=limits) as sb:
-            return await sb.exec(cmd, timeout=limits.timeout_s)
+            return await sb.exec(cmd, timeout_s=limits.timeout_s)
     finally:
         await backend.aclose()
 

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from envfarm.errors import ConfigError
+from envfarm.sandbox.values import IMAGE_BACKEND
 
 if TYPE_CHECKING:
     from envfarm.envs.code_repair.factory.mine import MineReport
@@ -36,7 +37,7 @@ def mine_command(
         int | None, typer.Option("--max-mutants", min=1, help="Mutants tried per package (10 x max-tasks).")
     ] = None,
     seed: Annotated[int, typer.Option(help="Orders the mutation sites; same seed, same rows.")] = 0,
-    backend: Annotated[str, typer.Option(help="Sandbox backend: docker or bwrap.")] = "docker",
+    backend: Annotated[str, typer.Option(help="Sandbox backend: docker or bwrap.")] = IMAGE_BACKEND,
     jobs: Annotated[int, typer.Option(min=1, help="Sandboxes testing mutants at once.")] = 2,
     validate_workers: Annotated[int, typer.Option("--validate-workers", min=1, help="Harness workers.")] = 4,
     no_validate: Annotated[bool, typer.Option("--no-validate", help="Skip harness validation.")] = False,

@@ -20,6 +20,7 @@ from rich.live import Live
 from rich.table import Table
 
 from envfarm.errors import ConfigError
+from envfarm.sandbox.values import DEFAULT_BACKEND
 
 console = Console()
 err_console = Console(stderr=True)
@@ -54,7 +55,8 @@ def train(
     max_tokens: Annotated[int | None, typer.Option(min=1, help="Tokens per completion.")] = None,
     eval_episodes: Annotated[int | None, typer.Option(min=1, help="Held-out evaluation tasks.")] = None,
     concurrency: Annotated[int | None, typer.Option(min=1, help="Episodes in flight.")] = None,
-    backend: Annotated[str | None, typer.Option(help="Sandbox backend [default: bwrap].")] = None,
+    backend: Annotated[str | None, typer.Option(help=f"Sandbox backend [default: {DEFAULT_BACKEND}].")] \
+        = None,
     device: Annotated[str | None, typer.Option(help="cpu | cuda [default: cuda when available].")] = None,
     threads: Annotated[int | None, typer.Option(min=1, help="torch threads [default: torch's].")] = None,
     nproc: Annotated[int | None, typer.Option(min=1, help="Learner processes (data parallel).")] = None,

@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from envfarm.errors import ConfigError, FarmError
+from envfarm.sandbox.values import DEFAULT_BACKEND
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +36,8 @@ class OpenEnvServeConfig(BaseModel):
 
     env_id: str
     """A registered env id (``envfarm envs list``): built in, from a plugin, AgentEnv or plain Gymnasium."""
-    backend: str = "docker"
-    """Sandbox backend of AgentEnvs: docker or bwrap (plain Gymnasium envs use none)."""
+    backend: str = DEFAULT_BACKEND
+    """Sandbox backend of AgentEnvs: bwrap or docker (plain Gymnasium envs use none)."""
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Constructor arguments of every session's env (e.g. ``{"difficulty": 1, "tool_help": false}``)."""
     host: str = "127.0.0.1"

@@ -35,6 +35,7 @@ from typing import Any
 from envfarm.errors import ConfigError, FarmError, LearnerUnavailable
 from envfarm.sandbox import BACKENDS, Backend, get_backend
 from envfarm.sandbox.pool import SandboxPool
+from envfarm.sandbox.values import DEFAULT_BACKEND, TIMEOUTS
 
 from .environments import env_defaults, make_env
 from .episode import Episode, play
@@ -62,7 +63,7 @@ class FarmConfig:
     """Episodes in the run (for an evaluation: tasks x attempts)."""
     concurrency: int = 8
     """Episodes in flight at once (one env instance each)."""
-    backend: str = "docker"
+    backend: str = DEFAULT_BACKEND
     """Sandbox backend: docker or bwrap (local: no isolation, tests only)."""
     seed: int = 0
     """Seed of the first task; task t uses seed + t."""
@@ -76,7 +77,7 @@ class FarmConfig:
     past their timeouts; leave it None for long tool runs (test suites) that must overlap."""
     max_retries: int = 1
     """Replays of an episode broken by the infrastructure before it is recorded with infra_error."""
-    episode_timeout_s: float | None = 900.0
+    episode_timeout_s: float | None = TIMEOUTS.episode_s
     """Wall-time limit of one attempt (an infrastructure error past it)."""
     max_staleness: int | None = None
     """Start no episode while the policy's weight version is more than this behind the learner's."""

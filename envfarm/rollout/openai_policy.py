@@ -34,6 +34,7 @@ from urllib.parse import SplitResult, urlsplit
 import aiohttp
 
 from envfarm.errors import ConfigError, PolicyError, PolicyUnavailable, tail
+from envfarm.sandbox.values import TIMEOUTS
 
 from .policies import EpisodeView, Policy, Reply
 from .trajectory import WeightVersion
@@ -101,7 +102,7 @@ class OpenAIPolicy(Policy):
         api_key: str | None = None,
         temperature: float = 1.0,
         max_tokens: int | None = 1024,
-        timeout_s: float = 120.0,
+        timeout_s: float = TIMEOUTS.request_s,
         max_retries: int = 6,
         backoff_s: float = 0.5,
         backoff_max_s: float = 10.0,

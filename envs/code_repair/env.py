@@ -45,6 +45,7 @@ from envfarm.harness.specs import Plan
 from envfarm.harness.verdicts import Baselines, classify, describe
 from envfarm.sandbox import Backend, Limits, Sandbox, get_backend
 from envfarm.sandbox.pool import SandboxPool
+from envfarm.sandbox.values import IMAGE_BACKEND
 
 from ..core import AgentEnv, Outcome, tool
 from . import builtin, tools
@@ -101,6 +102,7 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
                             ("grade_timeout_s", grade_timeout_s)):
             if value <= 0:
                 raise ConfigError(f"CodeRepair {name} must be positive, got {value!r}")
+        kwargs.setdefault("backend", IMAGE_BACKEND)  # its images are the harness's docker builds
         super().__init__(**kwargs)
         if tasks is None:
             instances, source = builtin_instances()
@@ -159,7 +161,7 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
 
     async def setup(self, sb: Sandbox, task: RepairTask) -> None:
         res = await sb.exec(["bash", "-c", f"mkdir -p /tmp/envfarm && cp -a {PRISTINE} {WORKDIR} && cd "
-                             f"{WORKDIR} && {GIT} rev-parse HEAD"], cwd="/workspace", timeout=300)
+                             f"{WORKDIR} && {GIT} rev-parse HEAD"], cwd="/workspace", timeout_s=300)
         if not res.ok:
             raise SandboxError(f"copying the repository into {sb} failed: {res.stderr[-500:]}")
         self._base = res.stdout.strip()
@@ -205,7 +207,7 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
     @tool("Run a bash command in the repository; returns its output and exit code.")
     async def bash(self, args: BashArgs) -> str:
         timeout = min(args.timeout_s or self.bash_timeout_s, tools.MAX_TIMEOUT_S)
-        return tools.show(await self._sb.exec(["bash", "-c", args.command], cwd=WORKDIR, timeout=timeout),
+        return tools.show(await self._sb.exec(["bash", "-c", args.command], cwd=WORKDIR, timeout_s=timeout),
                           timeout, "pipe it through head, tail, sed -n or grep")
 
     @tool("Show a file with line numbers (optionally lines start_line..end_line), or list a directory.")
@@ -232,7 +234,7 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
         plan = self.task.plan
         command = _visible_test_command(plan, args.paths)
         script = f"{quote_env(plan.env_vars)}{chr(10).join(plan.env.pre_test)}\n{command}\n"
-        res = await self._sb.exec(["bash", "-c", script], cwd=WORKDIR, timeout=self.test_timeout_s)
+        res = await self._sb.exec(["bash", "-c", script], cwd=WORKDIR, timeout_s=self.test_timeout_s)
         return f"$ {command}\n" + tools.show(res, self.test_timeout_s, "pass paths to run fewer tests",
                                              keep_tail=True)
 
@@ -243,7 +245,7 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
     # ------------------------------------------------------------------------------------------ grading
 
     async def _submit(self) -> Outcome:
-        res = await self._sb.exec(["bash", "-c", DIFF + shlex.quote(self._base)], cwd=WORKDIR, timeout=120)
+        res = await self._sb.exec(["bash", "-c", DIFF + shlex.quote(self._base)], cwd=WORKDIR, timeout_s=120)
         if not res.ok or res.truncated:
             why = "too large" if res.truncated else res.stderr.strip()[-300:]
             return Outcome(f"Your changes could not be collected ({why}); nothing was graded.", done=True,

@@ -78,10 +78,11 @@ def show(res: ExecResult, timeout: float, hint: str, keep_tail: bool = False) ->
 
 
 async def view(sb: Sandbox, path: str, start: int, end: int) -> str:
-    is_dir = await sb.exec(["test", "-d", path], timeout=30)
+    is_dir = await sb.exec(["test", "-d", path], timeout_s=30)
     if is_dir.exit_code == 0:
         res = await sb.exec(["find", path, "-mindepth", "1", "-maxdepth", str(LISTING_DEPTH), "(", "-name",
-                             ".git", "-o", "-name", "__pycache__", ")", "-prune", "-o", "-print"], timeout=30)
+                             ".git", "-o", "-name", "__pycache__", ")", "-prune", "-o", "-print"],
+                            timeout_s=30)
         names = sorted(res.stdout.splitlines())
         return truncate(f"{path}:\n" + "\n".join(names), MAX_VIEW_CHARS,
                         "view a subdirectory to see its contents")
@@ -136,7 +137,7 @@ async def search(sb: Sandbox, args: SearchArgs) -> str:
     flags = ["-rnI", "--exclude-dir=.git", "--exclude-dir=__pycache__", "-F" if args.fixed_string else "-E"]
     if args.ignore_case:
         flags.append("-i")
-    res = await sb.exec(["grep", *flags, "-e", args.pattern, "--", args.path], cwd=WORKDIR, timeout=60)
+    res = await sb.exec(["grep", *flags, "-e", args.pattern, "--", args.path], cwd=WORKDIR, timeout_s=60)
     if res.exit_code == 1:
         return f"No matches for {args.pattern!r} in {args.path}."
     if res.exit_code != 0:

@@ -125,7 +125,7 @@ class FileOpsEnv(AgentEnv[FileTask]):
     @tool("Run a bash command in the workspace; returns its output and exit code.")
     async def bash(self, args: BashArgs) -> str:
         assert self.sandbox is not None
-        res = await self.sandbox.exec(args.command, timeout=self.command_timeout_s)
+        res = await self.sandbox.exec(args.command, timeout_s=self.command_timeout_s)
         hint = "page through it with head, tail, sed -n or grep"
         return command_output(res, self.command_timeout_s, hint, MAX_OUTPUT_CHARS)
 
@@ -150,7 +150,7 @@ class FileOpsEnv(AgentEnv[FileTask]):
         """The workspace as ``fs_state.py`` sees it; None when the walk fails or times out."""
         assert self.sandbox is not None
         sb = self.sandbox
-        res = await sb.exec(["python3", "-I", "-c", STATE_SOURCE, sb.workdir], timeout=VERIFY_TIMEOUT_S)
+        res = await sb.exec(["python3", "-I", "-c", STATE_SOURCE, sb.workdir], timeout_s=VERIFY_TIMEOUT_S)
         try:
             if res.ok and not res.truncated:
                 return dict(json.loads(res.stdout))

@@ -183,7 +183,7 @@ class OrderDeskEnv(AgentEnv[DeskTask]):
         params = args.model_dump()
         violation = self.desk.check(op, params, self.steps)
         cmd = ["python3", "-I", "-S", PROGRAM_PATH, DB_PATH, op, json.dumps(params)]
-        res = await self.sandbox.exec(cmd, timeout=OP_TIMEOUT_S)
+        res = await self.sandbox.exec(cmd, timeout_s=OP_TIMEOUT_S)
         if res.timed_out:
             raise SandboxError(f"OrderDesk {op} timed out after {OP_TIMEOUT_S}s in {self.sandbox}")
         if res.exit_code not in (0, 1):

@@ -93,11 +93,11 @@ class SqlQueryEnv(AgentEnv[SqlTask]):
     async def setup(self, sb: Sandbox, task: SqlTask) -> None:
         await sb.write_file(HELPER_PATH, HELPER_SOURCE)
         await sb.write_file(SPEC_PATH, task.db.spec_json())
-        await sb.exec(["python3", "-I", HELPER_PATH, "build", SPEC_PATH, DB_PATH], timeout=30, check=True)
+        await sb.exec(["python3", "-I", HELPER_PATH, "build", SPEC_PATH, DB_PATH], timeout_s=30, check=True)
 
     async def _helper(self, *args: str) -> str:
         assert self.sandbox is not None
-        res = await self.sandbox.exec(["python3", "-I", HELPER_PATH, *args], timeout=QUERY_TIMEOUT_S)
+        res = await self.sandbox.exec(["python3", "-I", HELPER_PATH, *args], timeout_s=QUERY_TIMEOUT_S)
         if res.timed_out:
             return (f"SQL error: the query ran longer than {QUERY_TIMEOUT_S:.0f} s and was stopped; simplify "
                     f"it or add LIMIT")

@@ -80,7 +80,7 @@ class ToolCalcEnv(AgentEnv[CalcTask]):
     @tool("Evaluate an arithmetic expression exactly and return the result.")
     async def calc(self, args: CalcArgs) -> str:
         assert self.sandbox is not None
-        res = await self.sandbox.exec(["python3", CALC_PATH, args.expr], timeout=5)
+        res = await self.sandbox.exec(["python3", CALC_PATH, args.expr], timeout_s=5)
         if res.timed_out:
             return "calc error: the expression took too long to evaluate"
         return truncate((res.stdout or res.stderr).strip(), 2000)

@@ -140,7 +140,7 @@ async def test_fork_bomb_is_capped(backend: BwrapBackend) -> None:
         cg = handle(sb).cgroup
         before = cg.pids()
         # bash returns at once and the agent kills the tree it left; or the timeout does
-        await sb.exec(["bash", "-c", ":(){ :|:& };:"], timeout=3)
+        await sb.exec(["bash", "-c", ":(){ :|:& };:"], timeout_s=3)
         events = cg.dir.get("pids", cg.dirs[0]) / "pids.events"
         assert int(events.read_text().split()[-1]) > 0  # "max N": forks were refused at the limit
         assert cg.pids() == before  # nothing of the bomb is left
@@ -153,7 +153,7 @@ async def test_fork_bomb_is_capped(backend: BwrapBackend) -> None:
 @pytest.mark.bwrap
 async def test_memory_hog_is_oom_killed_and_sandbox_survives(backend: BwrapBackend) -> None:
     async with backend.open(limits=Limits(memory_mb=64)) as sb:
-        res = await sb.exec(["python3", "-c", "b = b'x' * (128 << 20); print(len(b))"], timeout=30)
+        res = await sb.exec(["python3", "-c", "b = b'x' * (128 << 20); print(len(b))"], timeout_s=30)
         assert res.exit_code in (-9, 137), res
         assert handle(sb).cgroup.oom_kills() >= 1
         res = await sb.exec(["echo", "alive"], check=True)

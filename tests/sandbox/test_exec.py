@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from envfarm.errors import ExecFailed, ExecTimeout, SandboxFileError
-from envfarm.sandbox import Backend, Limits
+from envfarm.sandbox import Backend, Limits, get_backend
 
 
 async def test_exit_codes_and_streams(any_backend: Backend) -> None:
@@ -28,7 +28,7 @@ async def test_exit_codes_and_streams(any_backend: Backend) -> None:
 
 async def test_stdin_is_empty_and_commands_do_not_hang(any_backend: Backend) -> None:
     async with any_backend.open() as sb:
-        res = await sb.exec("cat; read line; echo rc=$?", timeout=5)
+        res = await sb.exec("cat; read line; echo rc=$?", timeout_s=5)
         assert res.stdout == "rc=1\n" and not res.timed_out
 
 
@@ -50,13 +50,13 @@ async def test_timeout_kills_the_whole_tree(any_backend: Backend) -> None:
     async with any_backend.open() as sb:
         script = f"sleep 1{marker} & setsid sleep 2{marker} & sleep 3{marker}"
         t0 = time.perf_counter()
-        res = await sb.exec(script, timeout=0.5)
+        res = await sb.exec(script, timeout_s=0.5)
         assert res.timed_out and res.exit_code == -9
         assert time.perf_counter() - t0 < 5
         ps = await sb.exec(["ps", "-eo", "args"])
         assert marker not in ps.stdout, ps.stdout
         with pytest.raises(ExecTimeout):
-            await sb.exec("sleep 5", timeout=0.2, check=True)
+            await sb.exec("sleep 5", timeout_s=0.2, check=True)
         with pytest.raises(ExecFailed, match="exited 4"):
             await sb.exec("exit 4", check=True)
 
@@ -64,14 +64,14 @@ async def test_timeout_kills_the_whole_tree(any_backend: Backend) -> None:
 async def test_background_processes_die_with_their_command(any_backend: Backend) -> None:
     async with any_backend.open() as sb:
         nap = f"sleep 30.{os.getpid()}{random.randrange(10**6):06d}"  # unique: local sees the host
-        res = await sb.exec(f"({nap}; echo late) & echo now", timeout=10)
+        res = await sb.exec(f"({nap}; echo late) & echo now", timeout_s=10)
         assert res.stdout == "now\n" and res.duration < 5
         assert nap not in (await sb.exec(["ps", "-eo", "args"])).stdout
 
 
 async def test_output_is_capped(any_backend: Backend) -> None:
     async with any_backend.open(limits=Limits(output_bytes=4096)) as sb:
-        res = await sb.exec("head -c 300000000 /dev/zero | tr '\\0' a; echo done >&2", timeout=60)
+        res = await sb.exec("head -c 300000000 /dev/zero | tr '\\0' a; echo done >&2", timeout_s=60)
         assert res.truncated and res.exit_code == 0
         assert res.stdout == "a" * 4096 and res.stderr == "done\n"
         assert (await sb.exec("echo alive")).stdout == "alive\n"
@@ -156,3 +156,14 @@ async def test_two_backends_of_one_process_never_share_a_sandbox_id() -> None:
 
 def _put_first_id(backend: Backend, queue: Any) -> None:
     queue.put(backend._new_id())
+
+
+async def test_timeout_is_a_deprecated_spelling_of_timeout_s() -> None:
+    backend = get_backend("local")
+    try:
+        async with backend.open() as sb:
+            with pytest.warns(DeprecationWarning, match="timeout_s="):
+                res = await sb.exec("sleep 5", timeout=0.3)
+            assert res.timed_out and res.duration < 3
+    finally:
+        await backend.aclose()

@@ -17,7 +17,7 @@ async def assert_healthy(backend: Backend, *others: Sandbox) -> None:
     host = await asyncio.create_subprocess_exec("true")
     assert await asyncio.wait_for(host.wait(), 10) == 0
     for sb in others:
-        assert (await sb.exec("echo ok", timeout=10)).stdout == "ok\n"
+        assert (await sb.exec("echo ok", timeout_s=10)).stdout == "ok\n"
     async with backend.open() as fresh:
         assert (await fresh.exec("echo fresh")).stdout == "fresh\n"
 
@@ -25,7 +25,7 @@ async def assert_healthy(backend: Backend, *others: Sandbox) -> None:
 async def test_fork_bomb_is_capped_by_pids(isolated_backend: Backend) -> None:
     async with isolated_backend.open(limits=Limits(pids=64)) as sb, isolated_backend.open() as bystander:
         t0 = time.perf_counter()
-        res = await sb.exec(":(){ :|:& };:", timeout=5)
+        res = await sb.exec(":(){ :|:& };:", timeout_s=5)
         assert time.perf_counter() - t0 < 20
         assert "Resource temporarily unavailable" in res.stderr or res.timed_out, res  # the pids cap hit
         assert (await sb.exec("echo survived")).stdout == "survived\n"
@@ -36,7 +36,7 @@ async def test_fork_bomb_is_capped_by_pids(isolated_backend: Backend) -> None:
 
 async def test_memory_hog_is_oom_killed(isolated_backend: Backend) -> None:
     async with isolated_backend.open(limits=Limits(memory_mb=128)) as sb:
-        res = await sb.exec("python3 -c 'b = bytearray(512 << 20); print(len(b))'", timeout=30)
+        res = await sb.exec("python3 -c 'b = bytearray(512 << 20); print(len(b))'", timeout_s=30)
         assert res.exit_code in (-9, 137), res
         assert "536870912" not in res.stdout
         assert (await sb.exec("echo alive")).stdout == "alive\n"
@@ -45,11 +45,11 @@ async def test_memory_hog_is_oom_killed(isolated_backend: Backend) -> None:
 
 async def test_disk_fill_stops_at_the_workspace_cap(isolated_backend: Backend) -> None:
     async with isolated_backend.open(limits=Limits(disk_mb=64, memory_mb=512)) as sb:
-        res = await sb.exec("dd if=/dev/zero of=fill bs=1M count=1000", timeout=60)
+        res = await sb.exec("dd if=/dev/zero of=fill bs=1M count=1000", timeout_s=60)
         assert res.exit_code != 0 and "No space left" in res.stderr
         size = int((await sb.exec("stat -c %s fill")).stdout)
         assert size <= 64 << 20
-        tmp = await sb.exec("dd if=/dev/zero of=/tmp/fill bs=1M count=1000", timeout=60)
+        tmp = await sb.exec("dd if=/dev/zero of=/tmp/fill bs=1M count=1000", timeout_s=60)
         assert "No space left" in tmp.stderr
         await sb.exec("rm -f fill /tmp/fill", check=True)
         assert (await sb.exec("echo ok > small && cat small")).stdout == "ok\n"
@@ -58,7 +58,7 @@ async def test_disk_fill_stops_at_the_workspace_cap(isolated_backend: Backend) -
 
 async def test_shm_and_open_files_are_capped(isolated_backend: Backend) -> None:
     async with isolated_backend.open(limits=Limits(shm_mb=8, open_files=256, memory_mb=256)) as sb:
-        res = await sb.exec("dd if=/dev/zero of=/dev/shm/fill bs=1M count=100", timeout=30)
+        res = await sb.exec("dd if=/dev/zero of=/dev/shm/fill bs=1M count=100", timeout_s=30)
         assert res.exit_code != 0 and "No space left" in res.stderr, res
         assert int((await sb.exec("stat -c %s /dev/shm/fill")).stdout) <= 8 << 20
         limits = (await sb.exec("grep 'Max open files' /proc/self/limits", check=True)).stdout.split()
@@ -74,7 +74,7 @@ async def test_shm_and_open_files_are_capped(isolated_backend: Backend) -> None:
 
 async def test_huge_output_is_truncated_not_buffered(isolated_backend: Backend) -> None:
     async with isolated_backend.open() as sb:
-        res = await sb.exec("head -c 300000000 /dev/urandom", timeout=120)
+        res = await sb.exec("head -c 300000000 /dev/urandom", timeout_s=120)
         assert res.truncated and not res.timed_out
         assert len(res.stdout.encode()) <= 3 * sb.limits.output_bytes  # replacement chars widen bytes
         await assert_healthy(isolated_backend, sb)
@@ -84,7 +84,7 @@ async def test_commands_cannot_kill_or_hijack_the_agent(isolated_backend: Backen
     """Commands run as the agent's uid; a policy must not turn a failing episode into an infra error."""
     async with isolated_backend.open() as sb:
         for attack in ("kill -9 $PPID", "kill -9 -1", "kill -INT 1", "kill -STOP 1", "kill -9 1"):
-            await sb.exec(attack, timeout=10)
+            await sb.exec(attack, timeout_s=10)
             assert (await sb.exec("echo alive")).stdout == "alive\n", attack
         res = await sb.exec("echo '{\"id\": 99, \"op\": \"ping\"}' > /proc/1/fd/0")
         assert res.exit_code != 0, "a command could write into the agent's input"
@@ -102,7 +102,7 @@ async def test_root_is_read_only_and_user_unprivileged(isolated_backend: Backend
         fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
         assert int(fields["CapEff"], 16) == 0 and int(fields["CapPrm"], 16) == 0
         assert fields["NoNewPrivs"].strip() == "1"
-        su = await sb.exec("su -c id root", timeout=10)
+        su = await sb.exec("su -c id root", timeout_s=10)
         assert su.exit_code != 0
 
 
@@ -131,7 +131,7 @@ async def test_container_killed_mid_command_raises_crashed() -> None:
 
     backend = get_backend("docker")
     async with backend.open() as sb, backend.open() as bystander:
-        task = asyncio.create_task(sb.exec("sleep 60", timeout=120))
+        task = asyncio.create_task(sb.exec("sleep 60", timeout_s=120))
         await asyncio.sleep(0.5)
         cid = sb._handle.container_id  # type: ignore[attr-defined]
         await asyncio.to_thread(client().api.kill, cid)

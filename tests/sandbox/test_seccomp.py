@@ -93,7 +93,7 @@ DOCKER_ALLOWS: dict[str, str] = {
 
 async def probe(sb: Sandbox, calls: list[tuple[str, int, tuple[int, ...]]]) -> list[list[int]]:
     spec = json.dumps([[nr, *args] for _, nr, args in calls])
-    res = await sb.exec(["python3", "-c", PROBE, spec], timeout=30)
+    res = await sb.exec(["python3", "-c", PROBE, spec], timeout_s=30)
     assert res.exit_code == 0, res
     out: list[list[int]] = json.loads(res.stdout)
     return out
@@ -138,9 +138,9 @@ async def test_allowed_calls_work(isolated_backend: Backend) -> None:
 
 async def test_new_user_namespaces_fail(isolated_backend: Backend) -> None:
     async with isolated_backend.open() as sb:
-        res = await sb.exec("unshare -U true", timeout=10)
+        res = await sb.exec("unshare -U true", timeout_s=10)
         assert res.exit_code != 0 and "Operation not permitted" in res.stderr, res
-        res = await sb.exec("unshare -Ur id -u", timeout=10)
+        res = await sb.exec("unshare -Ur id -u", timeout_s=10)
         assert res.exit_code != 0 and res.stdout == "", res
         (rc, err), = await probe(sb, [("unshare", 272, (CLONE_NEWUSER,))])
         assert (rc, err) == (-1, errno.EPERM)
@@ -168,7 +168,7 @@ async def test_32bit_syscalls_meet_the_same_rules(isolated_backend: Backend) -> 
         calls = [[20, 0, 0, 0],  # i386 getpid: the control
                  [288, 0, -3, 0],  # i386 keyctl(KEYCTL_GET_KEYRING_ID, session): unfiltered, a serial
                  [310, CLONE_NEWUSER, 0, 0]]  # i386 unshare(CLONE_NEWUSER)
-        res = await sb.exec(["python3", "-c", INT80, json.dumps(calls)], timeout=30)
+        res = await sb.exec(["python3", "-c", INT80, json.dumps(calls)], timeout_s=30)
         assert res.exit_code == 0, res
         getpid, keyctl, unshare = json.loads(res.stdout)
         if getpid == -errno.ENOSYS:

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from envfarm.errors import ConfigError, FarmError, SandboxError
 from envfarm.sandbox import Backend, get_backend
+from envfarm.sandbox.values import IMAGE_BACKEND
 
 from . import repo as repo_mod
 from .mutate import Mutation, mutations
@@ -59,7 +60,7 @@ class MineConfig(BaseModel):
     """Mutants tried per package at most (default: 10 x max_tasks)."""
     seed: int = 0
     """Orders the mutation sites; the same seed gives the same rows."""
-    backend: str = "docker"
+    backend: str = IMAGE_BACKEND
     """Sandbox backend for the baseline and mutant test runs (docker or bwrap); validation uses docker."""
     jobs: int = Field(2, ge=1)
     """Sandboxes testing mutants at the same time."""

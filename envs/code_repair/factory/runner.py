@@ -73,7 +73,7 @@ class TestSession:
     async def run(self, test_files: Sequence[str], timeout_s: float) -> TestRun:
         cmd = " ".join([self.command, *map(shlex.quote, test_files)])
         script = f"{cmd} > /tmp/envfarm-tests.log 2>&1"
-        res = await self.sb.exec(["bash", "-c", script], cwd=WORKDIR, env=self.env, timeout=timeout_s)
+        res = await self.sb.exec(["bash", "-c", script], cwd=WORKDIR, env=self.env, timeout_s=timeout_s)
         raw = (await self.sb.read_file("/tmp/envfarm-tests.log")).decode("utf-8", errors="replace")
         statuses = {} if res.timed_out else parse_log(raw)
         return TestRun(statuses, raw, res.exit_code, res.duration, res.timed_out)
