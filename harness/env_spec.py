@@ -31,6 +31,12 @@ class EnvSpec:
     protected: tuple[str, ...]
     source: Path
     """The spec file this came from."""
+    suite: str = ""
+    """The Debian suite whose base image the env image builds FROM ("bullseye"; "" for the default base)."""
+    requires_python: str = ""
+    """The Python the spec (or SWE-bench) asks for; ``python`` is the suite's ("" when the same)."""
+    note: str = ""
+    """Why ``python`` differs from ``requires_python`` (no suite ships it; the nearest was chosen)."""
 
 
 def spec_path(repo: str, folder: Path | None = None) -> Path:

@@ -1,7 +1,9 @@
 """Harness images, layered and content-hashed, built offline with the sandbox image builder.
 
-    envfarm/base:<h>                                   the debootstrap base (sandbox/images.py)
-    └── envfarm/sweb.env.<owner>__<name>.<version>:<h>  + the spec's packages (host wheelhouse, no network)
+    envfarm/base[-<suite>]:<h>                         the debootstrap base of the spec's Debian suite
+    │                                                  (sandbox/images.py; built on demand, then cached)
+    └── envfarm/sweb.env.<owner>__<name>.<version>:<h>  + the suite's env_packages and the spec's packages
+                                                         (host wheelhouse for the suite's Python, no network)
         └── envfarm/sweb.eval.<instance_id>:<h>         + the repo at base_commit, `install` run in it
 
 Both layers go through :func:`envfarm.sandbox.imagebuild.build_layer` (a generated recipe folder, the host
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
 import shlex
 import tempfile
 import time
@@ -33,11 +36,17 @@ from typing import Any, TypeVar
 import requests
 from docker.errors import APIError, DockerException
 
-from envfarm.errors import ImageError
+from envfarm.errors import ConfigError, ImageBuildError, ImageError
 from envfarm.sandbox import dockerutil, imagebuild, images, rootfs
-from envfarm.sandbox.recipes import BUILDER_VERSION, content_hash, load_base_recipe
+from envfarm.sandbox.recipes import (
+    BUILDER_VERSION,
+    BaseRecipe,
+    base_for_suite,
+    base_recipes,
+    content_hash,
+)
 
-from . import repos, upstream_specs
+from . import repos
 from .specs import EnvSpec, Plan
 
 log = logging.getLogger(__name__)
@@ -119,12 +128,32 @@ def instance_tag(instance_id: str, digest: str) -> str:
     return f"envfarm/sweb.eval.{instance_id}:{digest}".lower()
 
 
-def write_env_recipe(env: EnvSpec, folder: Path) -> None:
-    """The env image's recipe folder: a Dockerfile and requirements.txt."""
+def write_env_recipe(env: EnvSpec, folder: Path, base: BaseRecipe | None = None) -> None:
+    """The env image's recipe folder: a Dockerfile and requirements.txt (the base's ``env_packages`` the
+    spec does not name itself, then the spec's packages)."""
     folder.mkdir(parents=True, exist_ok=True)
     dockerfile = ENV_DOCKERFILE.format(repo=env.repo, version=env.version, wheelhouse=WHEELHOUSE)
     (folder / "Dockerfile").write_text(dockerfile)
-    (folder / "requirements.txt").write_text("".join(f"{p}\n" for p in env.packages))
+    named = {_req_name(p) for p in env.packages}
+    first = [p for p in (base.env_packages if base else ()) if _req_name(p) not in named]
+    (folder / "requirements.txt").write_text("".join(f"{p}\n" for p in [*first, *env.packages]))
+
+
+def _req_name(requirement: str) -> str:
+    """The normalised project name of a pip requirement line ("Foo_bar[x]>=1" -> "foo-bar")."""
+    name = re.split(r"[\s\[<>=!~;@]", requirement.strip(), maxsplit=1)[0]
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def base_of(env: EnvSpec) -> BaseRecipe:
+    """The base recipe of ``env``'s Debian suite; ImageBuildError (read as python-unavailable) without one."""
+    try:
+        return base_for_suite(env.suite or None)
+    except ConfigError as e:
+        raise ImageBuildError(
+            f"{env.repo} {env.version} needs Python {env.python} (Debian {env.suite}), and there is no base "
+            f"recipe for it: {e}"
+        ) from e
 
 
 def build_script(plan: Plan) -> str:
@@ -152,23 +181,22 @@ def instance_hash(env_hash: str, plan: Plan) -> str:
 def build_env(env: EnvSpec, force: bool = False) -> tuple[BuiltImage, str]:
     """Build (or find) the env image of ``env``; returns it and its hash. Blocking."""
     start = time.monotonic()
-    base_recipe = load_base_recipe()
-    upstream_specs.check_buildable(env, base_recipe.suite, base_recipe.python)  # a derived spec's suite
-    base = images.build_base()
+    recipe = base_of(env)
+    base = images.build_base(suite=recipe.suite)  # cached by content hash: a no-op once built
     with tempfile.TemporaryDirectory(prefix="envfarm-env-") as tmp:
         folder = Path(tmp)
-        write_env_recipe(env, folder)
+        write_env_recipe(env, folder, recipe)
         digest = content_hash(folder, extra=base.hash)
         tag = env_tag(env, digest)
         if not force and _exists(tag):
             return BuiltImage(tag, digest, False, time.monotonic() - start), digest
-        recipe = load_base_recipe()
         labels = {
             KIND_LABEL: "env",
             "envfarm.harness.repo": env.repo,
             "envfarm.harness.version": env.version,
             "envfarm.recipe_hash": digest,
             "envfarm.base_hash": base.hash,
+            "envfarm.harness.suite": recipe.suite,
         }
         spec = imagebuild.LayerSpec(folder, tag, base.tag, labels, digest, recipe.python, recipe.glibc)
         imagebuild.build_layer(spec, nocache=force)
@@ -205,7 +233,7 @@ def build_instance(
             "envfarm.harness.repo_bytes": str(repo_bytes),
             "envfarm.recipe_hash": digest,
         }
-        recipe = load_base_recipe()
+        recipe = base_of(plan.env)
         spec = imagebuild.LayerSpec(folder, tag, env_image.tag, labels, digest, recipe.python, recipe.glibc)
         imagebuild.build_layer(spec, nocache=force)
     log.info("built %s in %.1fs", tag, time.monotonic() - start)
@@ -226,24 +254,24 @@ class ImageBuilder:
         self._done: dict[str, Any] = {}
         self._errors: dict[str, tuple[int, BaseException]] = {}
         self._base_lock = asyncio.Lock()
-        self._base_ready = False
+        self._bases_ready: set[str] = set()
 
     async def env(self, env: EnvSpec) -> BuiltImage:
         key = f"env:{env.source}:{env.repo}:{env.version}"
-        return await self._once(key, lambda: self._threaded(lambda: build_env(env, self.force)[0]))
+        return await self._once(key, lambda: self._threaded(lambda: build_env(env, self.force)[0], env))
 
     async def instance(self, plan: Plan) -> BuiltImage:
         env_image = await self.env(plan.env)
         key = f"instance:{plan.instance.instance_id}"
-        return await self._once(
-            key, lambda: self._threaded(lambda: build_instance(plan, env_image, self.repo_source, self.force))
-        )
+        build = lambda: build_instance(plan, env_image, self.repo_source, self.force)  # noqa: E731
+        return await self._once(key, lambda: self._threaded(build, plan.env))
 
-    async def _threaded(self, fn: Callable[[], T]) -> T:
-        async with self._base_lock:  # the base image first, once (it takes the build flock)
-            if not self._base_ready:
-                await asyncio.to_thread(images.build_base)
-                self._base_ready = True
+    async def _threaded(self, fn: Callable[[], T], env: EnvSpec) -> T:
+        suite = base_of(env).suite
+        async with self._base_lock:  # the suite's base image first, once each (it takes the build flock)
+            if suite not in self._bases_ready:
+                await asyncio.to_thread(images.build_base, suite=suite)
+                self._bases_ready.add(suite)
         async with self._sem:
             return await asyncio.to_thread(fn)
 
@@ -278,17 +306,16 @@ def list_images() -> list[HarnessImage]:
     except (DockerException, requests.RequestException) as e:
         raise ImageError(f"cannot list docker images: {e}") from e
     sizes = {tag: img.attrs.get("Size", 0) for img in found for tag in img.tags}
-    base_size = _size_of(images.tag_for("base", load_base_recipe().hash))
+    base_names = {r.suite: r.name for r in base_recipes().values()}
     out = []
     for img in found:
         labels = img.labels or {}
         kind = labels.get(KIND_LABEL, "?")
         total = int(img.attrs.get("Size", 0))
         if kind == "env":
-            name, parent = (
-                f"{labels.get('envfarm.harness.repo')} {labels.get('envfarm.harness.version')}",
-                base_size,
-            )
+            name = f"{labels.get('envfarm.harness.repo')} {labels.get('envfarm.harness.version')}"
+            base = base_names.get(labels.get("envfarm.harness.suite", ""), "base")
+            parent = _size_of(images.tag_for(base, labels.get("envfarm.base_hash", "")))
         else:
             name = labels.get("envfarm.harness.instance", "?")
             parent = sizes.get(labels.get("envfarm.harness.env", ""), 0)

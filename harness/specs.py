@@ -40,7 +40,7 @@ from envfarm.sandbox.recipes import images_dir, load_base_recipe
 from . import _swebench, patches
 from .env_spec import SPECS_FOLDER, Directives, EnvSpec, spec_path
 from .instances import Instance
-from .upstream_specs import derive
+from .upstream_specs import derive, suite_for
 
 DEFAULT_INSTALL = "python -m pip install --no-deps --no-build-isolation -e ."
 DEFAULT_PARSER = "parse_log_pytest"
@@ -65,7 +65,9 @@ class SpecTable(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     python: str | None = None
-    """Python the environment needs ("3.11"); it must be the base image's (images/base/recipe.toml)."""
+    """Python the environment needs ("3.9"); picks the Debian suite whose base image the env image builds
+    FROM (3.9 bullseye, 3.11 bookworm, 3.13 trixie; another the nearest, noted in the plan). Default: the
+    default base image's (images/base/recipe.toml)."""
     packages: list[str] | None = None
     """pip requirement lines installed into the env image from the host wheelhouse (no network in builds)."""
     install: list[str] | None = None
@@ -157,17 +159,12 @@ class SpecCatalog:
 
     def _merge(self, repo: str, version: str, base: SpecTable, over: SpecTable, path: Path) -> EnvSpec:
         m = {**base.model_dump(exclude_none=True), **over.model_dump(exclude_none=True)}
-        python = str(m.get("python", self._base_python))
-        if python != self._base_python:
-            raise SpecNotFound(
-                f"{path}: {repo} {version} needs Python {python}, but the base image "
-                f"(images/base/recipe.toml) has Python {self._base_python}; set python = "
-                f'"{self._base_python}" if the repo runs on it, or build a base image of another Debian suite'
-            )
+        asked = str(m.get("python", self._base_python))
+        suite = suite_for(asked, asked_by=path.name)
         return EnvSpec(
             repo=repo,
             version=version,
-            python=python,
+            python=suite.python,
             packages=tuple(m.get("packages", ())),
             install=tuple(m.get("install", (DEFAULT_INSTALL,))),
             pre_test=tuple(m.get("pre_test", ())),
@@ -178,6 +175,9 @@ class SpecCatalog:
             timeout_s=m.get("timeout_s"),
             protected=tuple(m.get("protected", ())),
             source=path,
+            suite=suite.name,
+            requires_python=asked,
+            note=suite.note,
         )
 
     def plan(self, instance: Instance) -> Plan:

@@ -12,10 +12,11 @@ the version envfarm grades with, no longer ships it (v5 rows name a prebuilt ``i
 
 The test command and test files are never taken from here: :func:`specs.make_plan` derives them from the row.
 
-Python comes from the Debian suite a base image is made of (:data:`SUITES`). A Python that no suite ships
-(SWE-bench runs Django 3.x on 3.6) gets the nearest suite and a note in the plan; building an image whose
-Python is not the base image's fails at build time (:func:`check_buildable`) naming the suite to build or the
-spec file to write. Planning never fails for a repo that is known here.
+Python comes from the Debian suite a base image is made of (:data:`SUITES`, one ``images/base*/recipe.toml``
+each): :func:`suite_for` picks the suite shipping the Python asked for, else the nearest one (SWE-bench runs
+Django 3.x on 3.6: bullseye's 3.9) with a note in the plan. Spec files choose the same way (``specs.py``), and
+the env image builds FROM that suite's base image, built on demand. Planning never fails for a repo that is
+known here.
 
 Translation to envfarm's offline model: ``install`` commands run in the instance image with
 ``PIP_NO_INDEX=1`` and ``PIP_FIND_LINKS`` set to the env image's wheelhouse, so they resolve dependencies
@@ -32,13 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envfarm.errors import ImageBuildError
-
 from . import _swebench
-from .env_spec import EnvSpec, spec_path
+from .env_spec import EnvSpec
 
 SUITES: tuple[tuple[str, str], ...] = (("bullseye", "3.9"), ("bookworm", "3.11"), ("trixie", "3.13"))
-"""Debian suites a base image can be made of, with the python3 each ships."""
+"""Debian suites a base image can be made of, with the python3 each ships (images/base/recipe.toml is
+bookworm, images/base-bullseye/ and images/base-trixie/ the others; a test checks the two agree)."""
 BUILD_TOOLS = ("setuptools", "wheel")
 PIP_INSTALL = "python -m pip install"
 SOURCE = Path(__file__)
@@ -109,20 +109,20 @@ class Suite:
 class DerivedEnvSpec(EnvSpec):
     """An :class:`EnvSpec` derived here; ``python`` is the suite's, ``requires_python`` SWE-bench's."""
 
-    requires_python: str
-    suite: str
-    note: str
-    origin: str
+    origin: str = ""
     """"swebench <version> MAP_REPO_VERSION_TO_SPECS" or "envfarm FACTS"."""
 
 
-def suite_for(python: str) -> Suite:
-    """The suite shipping ``python``, else the nearest one (ties: the older suite) with a note."""
+def suite_for(python: str, asked_by: str = "SWE-bench") -> Suite:
+    """The suite shipping ``python``, else the nearest one (ties: the older suite) with a note.
+
+    Older is the safer side of a tie: a repo's old versions use names later Pythons removed (sympy < 1.12
+    imports ``collections.Mapping``, gone in 3.10), while a newer Python rarely is what an old pin needs."""
     for name, py in SUITES:
         if py == python:
             return Suite(name, py, "")
     name, py = min(SUITES, key=lambda s: (abs(_minor(s[1]) - _minor(python)), _minor(s[1])))
-    note = f"SWE-bench runs it on Python {python}, which no Debian suite ships; nearest: {name} ({py})"
+    note = f"{asked_by} runs it on Python {python}, which no Debian suite ships; nearest: {name} ({py})"
     return Suite(name, py, note)
 
 
@@ -205,19 +205,6 @@ def offline_install(command: str) -> str:
     if not command.startswith(PIP_INSTALL) or "--no-build-isolation" in command:
         return command
     return command.replace(PIP_INSTALL, f"{PIP_INSTALL} --no-build-isolation", 1)
-
-
-def check_buildable(env: EnvSpec, base_suite: str, base_python: str) -> None:
-    """Raise ImageBuildError when ``env`` needs a Python the base image does not have."""
-    if env.python == base_python:
-        return
-    suite = env.suite if isinstance(env, DerivedEnvSpec) else suite_for(env.python).name
-    raise ImageBuildError(
-        f"{env.repo} {env.version} needs Python {env.python} (Debian {suite}), but the base image is Debian "
-        f"{base_suite} (Python {base_python}): build a {suite} base image (images/base/recipe.toml: suite = "
-        f'"{suite}", python = "{env.python}", and its glibc), or write {spec_path(env.repo)} with '
-        f'[versions."{env.version}"] python = "{base_python}" to run it on {base_suite}'
-    )
 
 
 def _version_key(version: str) -> tuple[int, ...]:

@@ -1,6 +1,7 @@
 """``docker build`` of a layered image with no network: Python packages come from a host-side wheelhouse.
 
-    pip download (on the host, for the image's Python and glibc)  ->  config.home()/wheelhouse/<hash>/
+    pip download (on the host, for the image's Python and glibc;  ->  config.home()/wheelhouse/<hash>/
+                  sdists where a package has no such wheel)
     temp build context = images/<name>/* + wheelhouse/            ->  docker build, network_mode="none"
 
 Callers go through :func:`envfarm.sandbox.images.build_image`; this module does the two steps.
@@ -14,6 +15,7 @@ import platform
 import shutil
 import sys
 import tempfile
+import zipfile
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,6 +24,8 @@ from typing import Any
 
 import requests
 from docker.errors import DockerException
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from envfarm import config
 from envfarm.errors import ImageBuildError, tail
@@ -33,6 +37,7 @@ log = logging.getLogger(__name__)
 
 BUILD_TIMEOUT_S = 1800  # HTTP timeout of one docker build (the daemon streams its log while building)
 OLDEST_GLIBC_MINOR = 17  # manylinux2014
+MAX_DEPENDENCY_ROUNDS = 8
 
 
 @dataclass(frozen=True)
@@ -83,7 +88,10 @@ def wheelhouse(spec: LayerSpec, progress: ProgressFn | None = None) -> Path:
     """``wheelhouse/<hash>`` holding wheels for ``requirements.txt`` (empty when there is none); cached."""
     dest = wheelhouse_dir() / spec.recipe_hash
     if dest.is_dir():
-        return dest
+        if not missing_requirements(dest, spec.python):
+            return dest
+        log.warning("wheelhouse %s misses dependencies for Python %s: downloading again", dest, spec.python)
+        shutil.rmtree(dest)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{spec.recipe_hash}-", dir=wheelhouse_dir()))
     try:
         req = spec.folder / "requirements.txt"
@@ -116,27 +124,119 @@ def platforms(glibc: str, arch: str | None = None) -> list[str]:
 
 
 def _download(req: Path, dest: Path, spec: LayerSpec, progress: ProgressFn | None) -> None:
-    """Binary wheels for the image's Python; packages without one are built as wheels on the host."""
+    """Binary wheels for the image's Python and glibc; what has none comes as an sdist built in the image.
+
+    1. ``pip download --only-binary=:all: --python-version X --platform manylinux...`` for the whole file;
+    2. when that fails and the host runs the image's Python, ``pip wheel`` on the host (exact wheels);
+    3. otherwise line by line: a line that has wheels (with its dependencies) gets them, a line that does
+       not gets its sdist (``--no-deps``), plus setuptools and wheel so ``pip install`` in the image (no
+       network, ``--find-links``) can build it there, with the image's Python and compilers.
+    """
     strict = ["download", "--only-binary=:all:", "--python-version", spec.python, "--implementation", "cp"]
     for tag in platforms(spec.glibc):
         strict += ["--platform", tag]
+    strict += ["-d", str(dest)]
     try:
-        _pip([*strict, "-d", str(dest), "-r", str(req)], progress)
+        _pip([*strict, "-r", str(req)], progress)
+        _complete(dest, strict, spec, progress)
         return
     except ImageBuildError as e:
         first = e
     host = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if host == spec.python:
+        log.warning("some requirements in %s have no wheel for Python %s; building them here", req, host)
+        try:
+            _pip(["wheel", "-w", str(dest), "-r", str(req)], progress)
+            return
+        except ImageBuildError as e:
+            raise ImageBuildError(f"{first}\nthe fallback failed too:\n{e}") from e
+    sources = []
+    for line in _requirement_lines(req):
+        try:
+            _pip([*strict, line], progress)
+        except ImageBuildError:
+            sources.append(line)
+    _complete(dest, strict, spec, progress)
+    if not sources:
+        return
     log.warning(
-        "some requirements in %s have no wheel for Python %s; building wheels with the host's Python %s%s",
-        req,
+        "no wheel for Python %s (glibc %s) of %s: their sdists are built inside the image",
         spec.python,
-        host,
-        "" if host == spec.python else " (only pure-Python packages will install in the image)",
+        spec.glibc,
+        ", ".join(sources),
     )
     try:
-        _pip(["wheel", "-w", str(dest), "-r", str(req)], progress)
+        _pip(["download", "--no-deps", "--no-binary=:all:", "-d", str(dest), *sources], progress)
+        _pip([*strict, "setuptools", "wheel"], progress)
     except ImageBuildError as e:
-        raise ImageBuildError(f"{first}\nthe fallback failed too:\n{e}") from e
+        raise ImageBuildError(f"{first}\nthe sdist fallback failed too:\n{e}") from e
+
+
+def _complete(dest: Path, strict: list[str], spec: LayerSpec, progress: ProgressFn | None) -> None:
+    """Download the dependencies pip skipped: ``pip download --python-version`` evaluates markers against
+    the host's Python (``tomli; python_version < "3.11"`` is dropped on a 3.11 host for a 3.9 image), so the
+    wheels' own requirements are checked with the image's markers until nothing is missing."""
+    for _ in range(MAX_DEPENDENCY_ROUNDS):
+        missing = missing_requirements(dest, spec.python)
+        if not missing:
+            return
+        log.info("wheelhouse: dependencies for Python %s the host's pip skipped: %s", spec.python, missing)
+        _pip([*strict, *missing], progress)
+    raise ImageBuildError(
+        f"the wheelhouse {dest} still misses dependencies after {MAX_DEPENDENCY_ROUNDS} rounds"
+    )
+
+
+def missing_requirements(folder: Path, python: str) -> list[str]:
+    """Requirements of the wheels in ``folder`` that apply on ``python`` (Linux, CPython) and that no wheel or
+    sdist in ``folder`` provides, by name."""
+    env = {
+        "python_version": python,
+        "python_full_version": f"{python}.0",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "os_name": "posix",
+        "platform_machine": platform.machine(),
+        "extra": "",
+    }
+    have = {_dist_name(p.name) for p in folder.iterdir()}
+    missing: dict[str, str] = {}
+    for wheel in sorted(folder.glob("*.whl")):
+        for line in _requires_dist(wheel):
+            try:
+                requirement = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if requirement.marker is not None and not requirement.marker.evaluate(env):
+                continue
+            name = canonicalize_name(requirement.name)
+            if name not in have:
+                extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
+                missing.setdefault(name, f"{requirement.name}{extras}{requirement.specifier}")
+    return sorted(missing.values())
+
+
+def _dist_name(filename: str) -> str:
+    """The normalised project name of a wheel or sdist file name."""
+    stem = filename.removesuffix(".tar.gz").removesuffix(".zip").removesuffix(".whl")
+    return canonicalize_name(stem.split("-", 1)[0] if filename.endswith(".whl") else stem.rsplit("-", 1)[0])
+
+
+def _requires_dist(wheel: Path) -> list[str]:
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
+            text = zf.read(name).decode("utf-8", errors="replace")
+    except (OSError, zipfile.BadZipFile, StopIteration):
+        return []
+    return [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Requires-Dist:")]
+
+
+def _requirement_lines(req: Path) -> list[str]:
+    lines = (line.split(" #", 1)[0].strip() for line in req.read_text().splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
 
 
 def _pip(args: list[str], progress: ProgressFn | None) -> None:

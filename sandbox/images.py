@@ -2,6 +2,7 @@
 
     images/base/recipe.toml   -> debootstrap rootfs  config.home()/rootfs/base-<hash>  (bwrap)
                               -> docker import       envfarm/base:<hash>, envfarm/base:latest  (docker)
+    images/base-<suite>/...   -> the same for another Debian suite: envfarm/base-<suite>:<hash> (on demand)
     images/<name>/Dockerfile  -> docker build FROM envfarm/base:<hash>   envfarm/<name>:<hash>, :latest
                                  (Python packages from a host-side wheelhouse; the build has no network)
 
@@ -32,12 +33,16 @@ from .recipes import (
     BUILDER_VERSION,
     REPO,
     BaseRecipe,
+    base_for_suite,
+    base_names,
+    base_recipes,
     content_hash,
     current_hashes,
     images_dir,
     layered_names,
     load_base_recipe,
     recipe_names,
+    suite_hashes,
     tag_for,
     unknown_recipe,
 )
@@ -93,29 +98,41 @@ class PruneResult:
 
 
 def build(
-    names: Sequence[str] = (), force: bool = False, progress: ProgressFn | None = None
+    names: Sequence[str] = (),
+    force: bool = False,
+    progress: ProgressFn | None = None,
+    suites: Sequence[str] = (),
 ) -> list[BuildResult]:
-    """Build ``names`` (default: base and every layered recipe), base first; cached builds are no-ops."""
-    wanted = list(names) or recipe_names()
+    """Build ``names`` (default: base and every layered recipe, unless only ``suites`` are asked for), base
+    first, then the base image of each Debian suite in ``suites``; cached builds are no-ops."""
+    wanted = list(names) or ([] if suites else recipe_names())
     for name in wanted:
         if name not in recipe_names():
             raise unknown_recipe(name)
+    recipes = [base_for_suite(s) for s in dict.fromkeys(suites)]  # unknown suites fail before any build
     results = []
     if "base" in wanted:
         results.append(build_base(force=force, progress=progress))
     for name in (n for n in dict.fromkeys(wanted) if n != "base"):
         results.append(build_image(name, force=force, progress=progress))
+    for recipe in recipes:
+        if recipe.name != "base" or "base" not in wanted:
+            results.append(build_base(force=force, progress=progress, suite=recipe.suite))
     return results
 
 
-def build_base(force: bool = False, progress: ProgressFn | None = None) -> BuildResult:
-    """Make the base rootfs folder (debootstrap) and docker image; a no-op when both exist and are current.
+def build_base(
+    force: bool = False, progress: ProgressFn | None = None, suite: str | None = None
+) -> BuildResult:
+    """Make a base rootfs folder (debootstrap) and docker image; a no-op when both exist and are current.
 
-    Without a docker daemon the rootfs is still built (bwrap runs on it) and the import is skipped.
+    ``suite`` picks the Debian suite's recipe (None: the default ``images/base``). Without a docker daemon the
+    rootfs is still built (bwrap runs on it) and the import is skipped.
     """
     start = time.monotonic()
-    recipe = load_base_recipe()
-    tag, folder = tag_for("base", recipe.hash), rootfs.base_dir(recipe.hash)
+    recipe = base_for_suite(suite)
+    name = recipe.name
+    tag, folder = tag_for(name, recipe.hash), rootfs.base_dir(recipe.hash)
     with rootfs.build_lock():
         have_docker = dockerutil.ping()
         old = dockerutil.get_image(tag) if have_docker else None
@@ -126,10 +143,10 @@ def build_base(force: bool = False, progress: ProgressFn | None = None) -> Build
         image_id = old.id if old is not None else None
         if need_image:
             _note(progress, f"importing {folder.name} into docker as {tag}")
-            image_id = rootfs.import_into_docker(folder, tag, _import_changes(recipe.hash))
+            image_id = rootfs.import_into_docker(folder, tag, _import_changes(name, recipe.hash))
             _drop_replaced(old, image_id)
         if have_docker:
-            _tag_latest(tag, "base")
+            _tag_latest(tag, name)
         else:
             log.warning(
                 "docker is not reachable: docker import of %s skipped (the rootfs %s is ready for bwrap); "
@@ -138,9 +155,9 @@ def build_base(force: bool = False, progress: ProgressFn | None = None) -> Build
                 folder,
             )
     built = need_rootfs or need_image
-    log.info("base %s %s in %.1fs", tag, "built" if built else "is up to date", time.monotonic() - start)
+    log.info("%s %s %s in %.1fs", name, tag, "built" if built else "is up to date", time.monotonic() - start)
     return BuildResult(
-        "base", tag, recipe.hash, image_id, folder, built, not have_docker, time.monotonic() - start
+        name, tag, recipe.hash, image_id, folder, built, not have_docker, time.monotonic() - start
     )
 
 
@@ -166,7 +183,7 @@ def _make_base_rootfs(
         size = rootfs.disk_usage(tmp)
         meta = {
             "kind": "base",
-            "name": "base",
+            "name": recipe.name,
             "hash": recipe.hash,
             "suite": recipe.suite,
             "size_bytes": size,
@@ -175,10 +192,10 @@ def _make_base_rootfs(
     log.info("base rootfs ready at %s (%.0f MB)", folder, size / 1e6)
 
 
-def _import_changes(recipe_hash: str) -> list[str]:
+def _import_changes(name: str, recipe_hash: str) -> list[str]:
     """Dockerfile instructions applied by ``docker import --change``."""
     return [
-        f"LABEL {config.LABEL}=1 {NAME_LABEL}=base {HASH_LABEL}={recipe_hash}",
+        f"LABEL {config.LABEL}=1 {NAME_LABEL}={name} {HASH_LABEL}={recipe_hash}",
         f"ENV PATH={IMAGE_PATH}",
         "ENV LANG=C.UTF-8",
         f"WORKDIR {config.AGENT_HOME}",
@@ -338,7 +355,7 @@ def _exported(name: str, recipe_hash: str) -> Path | None:
 
 def list_images() -> list[ImageInfo]:
     """Every envfarm image in docker, every rootfs folder, and every recipe not built yet."""
-    current = current_hashes()
+    current = {**current_hashes(), **suite_hashes()}
     markers = {p: rootfs.read_marker(p) or {} for p in rootfs.complete_folders()}
     by_id = {m.get("image_id"): p for p, m in markers.items() if m.get("image_id")}
     entries: dict[tuple[str, str], ImageInfo] = {}
@@ -371,11 +388,12 @@ def list_images() -> list[ImageInfo]:
 
 def prune(all: bool = False) -> PruneResult:
     """Remove envfarm images, rootfs folders and wheelhouses not built from the current recipes
-    (``all=True``: everything). Images still used by a container are kept (logged).
+    (``all=True``: everything). Images still used by a container are kept (logged). Base images of other
+    Debian suites (``base-<suite>``) count as current while their recipe is.
 
     Docker images are shared by every ``$ENVFARM_HOME`` on this daemon: ``all=True`` removes them for all.
     """
-    current = current_hashes()
+    current = {**current_hashes(), **suite_hashes()}
     removed: list[str] = []
     freed = 0
     with rootfs.build_lock():
@@ -416,7 +434,7 @@ def _prune_docker(current: dict[str, str], all: bool) -> tuple[list[str], int, s
         for img in _envfarm_images()
         if all or current.get(img.labels.get(NAME_LABEL, "")) != img.labels.get(HASH_LABEL)
     ]
-    for img in sorted(doomed, key=lambda i: i.labels.get(NAME_LABEL) == "base"):
+    for img in sorted(doomed, key=lambda i: str(i.labels.get(NAME_LABEL, "")).startswith("base")):
         for ref in img.tags or [img.id]:
             try:
                 cli.images.remove(ref)
@@ -441,6 +459,9 @@ __all__ = [
     "BuildResult",
     "ImageInfo",
     "PruneResult",
+    "base_for_suite",
+    "base_names",
+    "base_recipes",
     "build",
     "build_base",
     "build_image",
@@ -454,5 +475,6 @@ __all__ = [
     "recipe_names",
     "resolve_image",
     "rootfs_for",
+    "suite_hashes",
     "tag_for",
 ]

@@ -1,7 +1,9 @@
 """Image recipes: where they live, what they say, and the content hash that names their builds.
 
-    images/base/recipe.toml   Debian suite, variant and packages for debootstrap (the base image)
-    images/<name>/Dockerfile  a layered image built FROM the base (+ requirements.txt, any files it copies)
+    images/base/recipe.toml          Debian suite, variant and packages for debootstrap (the default base)
+    images/base-<suite>/recipe.toml  the same for another suite (base-bullseye: Python 3.9; base-trixie: 3.13)
+                                     built when asked or when a harness spec needs its Python
+    images/<name>/Dockerfile         a layered image built FROM the base (+ requirements.txt, files it copies)
 
 The recipes folder is the repository's top-level ``images/`` (``envfarm/images/`` in an installed wheel, see
 :data:`IMAGES_DIR`); ``$ENVFARM_IMAGES_DIR`` overrides it.
@@ -22,6 +24,8 @@ from envfarm.errors import ConfigError
 BUILDER_VERSION = "1"  # bump when the build steps change in a way the recipe files do not show
 REPO = "envfarm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
+DEFAULT_BASE = "base"
+"""The default base recipe folder (Debian bookworm); other suites live in ``base-<suite>`` folders."""
 _IGNORED = ("__pycache__", ".DS_Store")
 IMAGES_DIR = Path(__file__).resolve().parents[1] / "images"
 """``images/`` beside this package's folder in both layouts: the source tree (``sandbox/``, ``images/``; what
@@ -31,8 +35,10 @@ an editable install imports) and an installed wheel (``envfarm/sandbox/``, ``env
 
 @dataclass(frozen=True)
 class BaseRecipe:
-    """``images/base/recipe.toml``: what debootstrap installs."""
+    """``images/base[-<suite>]/recipe.toml``: what debootstrap installs."""
 
+    name: str
+    """The recipe folder's name and the image name: "base" (the default suite) or "base-<suite>"."""
     folder: Path
     hash: str
     suite: str
@@ -43,6 +49,9 @@ class BaseRecipe:
     glibc: str
     """The suite's glibc version ("2.36"); bounds the manylinux wheels layered images may use."""
     packages: tuple[str, ...]
+    env_packages: tuple[str, ...] = ()
+    """pip requirement lines every harness env image on this base installs first (bullseye: a pip new enough
+    for editable installs of pyproject-only projects; its own pip 20.3 is not)."""
 
 
 def images_dir() -> Path:
@@ -76,7 +85,22 @@ def _ignored(rel: Path) -> bool:
 def layered_names() -> list[str]:
     """Names of the layered image recipes (folders of ``images/`` holding a Dockerfile)."""
     root = images_dir()
-    return sorted(p.name for p in root.iterdir() if p.name != "base" and (p / "Dockerfile").is_file())
+    return sorted(p.name for p in root.iterdir() if not _is_base(p.name) and (p / "Dockerfile").is_file())
+
+
+def _is_base(name: str) -> bool:
+    return name == DEFAULT_BASE or name.startswith(f"{DEFAULT_BASE}-")
+
+
+def base_names() -> list[str]:
+    """Every base recipe folder: ``["base", "base-bullseye", "base-trixie", ...]`` (the default first)."""
+    root = images_dir()
+    others = sorted(
+        p.name
+        for p in root.iterdir()
+        if _is_base(p.name) and p.name != DEFAULT_BASE and (p / "recipe.toml").is_file()
+    )
+    return [DEFAULT_BASE, *others]
 
 
 def recipe_names() -> list[str]:
@@ -84,21 +108,28 @@ def recipe_names() -> list[str]:
     return ["base", *layered_names()]
 
 
-def load_base_recipe() -> BaseRecipe:
-    """Parse and check ``images/base/recipe.toml``."""
-    folder = images_dir() / "base"
+def load_base_recipe(name: str = DEFAULT_BASE) -> BaseRecipe:
+    """Parse and check ``images/<name>/recipe.toml`` (``name``: "base" or "base-<suite>")."""
+    folder = images_dir() / name
     path = folder / "recipe.toml"
+    if not _is_base(name) or not path.is_file():
+        known = ", ".join(base_names())
+        raise ConfigError(f"no base recipe {name!r} in {images_dir()} (known: {known})")
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise ConfigError(f"cannot read {path}: {e}") from e
-    known = {"suite", "variant", "mirror", "python", "glibc", "packages"}
+    known = {"suite", "variant", "mirror", "python", "glibc", "packages", "env_packages"}
     if unknown := sorted(set(data) - known):
         raise ConfigError(f"{path}: unknown keys {unknown}; known: {sorted(known)}")
     packages = data.get("packages", [])
     if "suite" not in data or not isinstance(packages, list) or not all(isinstance(p, str) for p in packages):
         raise ConfigError(f'{path}: needs suite = "..." and packages = ["...", ...]')
+    env_packages = data.get("env_packages", [])
+    if not isinstance(env_packages, list) or not all(isinstance(p, str) for p in env_packages):
+        raise ConfigError(f'{path}: env_packages must be pip requirement lines ["pip==24.3.1", ...]')
     return BaseRecipe(
+        name=name,
         folder=folder,
         hash=content_hash(folder),
         suite=str(data["suite"]),
@@ -107,7 +138,39 @@ def load_base_recipe() -> BaseRecipe:
         python=str(data.get("python", "3.11")),
         glibc=str(data.get("glibc", "2.17")),
         packages=tuple(packages),
+        env_packages=tuple(env_packages),
     )
+
+
+def base_recipes() -> dict[str, BaseRecipe]:
+    """Every base recipe by Debian suite (``{"bookworm": ..., "bullseye": ..., "trixie": ...}``)."""
+    out: dict[str, BaseRecipe] = {}
+    for name in base_names():
+        recipe = load_base_recipe(name)
+        if recipe.suite in out:
+            raise ConfigError(f"{recipe.folder} and {out[recipe.suite].folder} both build {recipe.suite}")
+        out[recipe.suite] = recipe
+    return out
+
+
+def base_for_suite(suite: str | None = None) -> BaseRecipe:
+    """The base recipe of Debian ``suite`` (None: the default base); ConfigError names the known suites."""
+    if suite is None:
+        return load_base_recipe()
+    recipes = base_recipes()
+    if suite not in recipes:
+        hint = difflib.get_close_matches(suite, list(recipes), n=1)
+        did = f"did you mean {hint[0]!r}? " if hint else ""
+        raise ConfigError(
+            f"no base recipe for Debian {suite!r}; {did}known: {', '.join(recipes)} (add "
+            f"{images_dir() / f'base-{suite}' / 'recipe.toml'} to make one)"
+        )
+    return recipes[suite]
+
+
+def suite_hashes() -> dict[str, str]:
+    """The hash every non-default base recipe would build now: ``{"base-bullseye": ..., ...}``."""
+    return {name: content_hash(images_dir() / name) for name in base_names() if name != DEFAULT_BASE}
 
 
 def current_hashes() -> dict[str, str]:

@@ -143,8 +143,11 @@ def validate_cmd(
     for r in result.rows:
         table.add_row(r.instance_id, "/".join(r.gold), r.empty, f"{r.seconds:.1f}", r.reason or "validated")
     console.print(table)
-    console.print(f"validated {len(result.validated)}/{len(result.rows)}; {result.json_path}\n"
-                  f"          {result.markdown_path}", highlight=False)
+    console.print(
+        f"validated {len(result.validated)}/{len(result.rows)}; {result.json_path}\n"
+        f"          {result.markdown_path}",
+        highlight=False,
+    )
 
 
 def _sources(
@@ -306,23 +309,23 @@ def _repo_table(plans: list[Plan]) -> Table:
     """One line per repo/version of the planned rows: Python, Debian suite and where the spec came from."""
     from envfarm.sandbox.recipes import load_base_recipe
 
-    base = load_base_recipe().suite
+    default = load_base_recipe().suite
     groups: dict[tuple[str, str], list[Plan]] = {}
     for p in plans:
         groups.setdefault((p.instance.repo, p.instance.version), []).append(p)
     table = Table("repo", "version", "rows", "python", "suite", "spec", title="environments per repo/version")
     for (repo, version), group in sorted(groups.items()):
         env = group[0].env
-        needs = getattr(env, "requires_python", env.python)
+        needs = env.requires_python or env.python
         table.add_row(
             repo,
             version,
             str(len(group)),
             env.python if needs == env.python else f"{needs}->{env.python}*",
-            getattr(env, "suite", base),
+            env.suite or default,
             "derived" if hasattr(env, "origin") else escape(env.source.name),
         )
-    table.caption = "*SWE-bench's Python, which no Debian suite ships: the nearest suite's is planned"
+    table.caption = "*the Python asked for, which no Debian suite ships: the nearest suite's is planned"
     return table
 
 

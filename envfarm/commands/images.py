@@ -30,11 +30,27 @@ def build(
         typer.Argument(help="Recipes to build (default: base and every layered image).", show_default=False),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Rebuild even when a current build exists.")] = False,
+    suite: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--suite",
+            help="Also build the base image of this Debian suite (bullseye, bookworm, trixie; repeatable). "
+            "Alone, it builds only those bases.",
+            show_default=False,
+        ),
+    ] = None,
+    all_suites: Annotated[
+        bool, typer.Option("--all-suites", help="Build the base image of every Debian suite in images/.")
+    ] = False,
 ) -> None:
-    """Build images from their recipes; a no-op for images that are already current."""
+    """Build images from their recipes; a no-op for images that are already current.
+
+    Without --suite/--all-suites only the default base (bookworm) and the layered images are built; harness
+    env images build the base of the suite their spec needs on demand."""
+    suites = list(images.base_recipes()) if all_suites else list(suite or ())
     console = Console(stderr=True)
     if not console.is_terminal:  # CI logs: no spinner; `envfarm -v images build` logs every step
-        results = images.build(names or (), force=force)
+        results = images.build(names or (), force=force, suites=suites)
     else:
         columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
         with Progress(*columns, console=console, transient=True) as bar:
@@ -43,7 +59,7 @@ def build(
             def progress(message: str) -> None:
                 bar.update(task, description=escape(message[:STATUS_WIDTH]))
 
-            results = images.build(names or (), force=force, progress=progress)
+            results = images.build(names or (), force=force, progress=progress, suites=suites)
     table = Table("image", "tag", "result", "seconds", title="envfarm images build")
     for r in results:
         if r.docker_skipped:

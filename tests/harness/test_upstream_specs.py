@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from envfarm.errors import ImageBuildError, SpecNotFound
 from envfarm.harness import Instance, SpecCatalog, _swebench, plan_all
+from envfarm.harness import images as harness_images
 from envfarm.harness.upstream_specs import (
     FACTS,
+    SUITES,
     DerivedEnvSpec,
-    check_buildable,
     derive,
     offline_install,
     suite_for,
 )
+from envfarm.sandbox import images
 
 
 def _eval_script_install(script: str) -> str:
@@ -41,7 +44,8 @@ def test_lite_rows_plan_with_a_python_a_suite_and_the_rows_install(lite: list[In
         assert {"setuptools", "wheel"} <= set(env.packages)
         per_suite[(env.requires_python, env.suite)] += 1
     assert per_suite == {
-        ("3.9", "bullseye"): 159,  # + 5 sympy 1.12/1.13 rows with a spec file (images/swebench/)
+        ("3.9", "bullseye"): 148,  # + 16 rows with a spec file in images/swebench/: sympy 1.12/1.13 (5),
+        # pytest 5.4 (4), requests 2.3/2.4 (3), seaborn 0.12/0.13 (4)
         ("3.6", "bullseye"): 77,
         ("3.11", "bookworm"): 31,
         ("3.8", "bullseye"): 20,
@@ -77,15 +81,50 @@ def test_suites_and_nearest_suite() -> None:
     assert FACTS["astropy/astropy"].python_for("v5.3") == "3.10"
 
 
-def test_a_python_the_base_image_lacks_fails_at_build_time_naming_the_fix() -> None:
-    env = derive("django/django", "3.0")
-    assert env is not None and env.python == "3.9" and env.requires_python == "3.6"
-    with pytest.raises(ImageBuildError, match=r"needs Python 3.9 \(Debian bullseye\).*django__django.toml"):
-        check_buildable(env, "bookworm", "3.11")
-    check_buildable(env, "bullseye", "3.9")
-    new = derive("django/django", "5.0")
-    assert new is not None and new.python == "3.11"
-    check_buildable(new, "bookworm", "3.11")
+def test_suites_match_the_base_recipes() -> None:
+    recipes = images.base_recipes()
+    assert {(r.suite, r.python) for r in recipes.values()} == set(SUITES)
+    assert recipes["bookworm"].name == "base" and recipes["bullseye"].name == "base-bullseye"
+    assert recipes["bullseye"].glibc == "2.31" and recipes["trixie"].python == "3.13"
+
+
+def test_spec_files_choose_the_suite_of_their_python(tmp_path: Path) -> None:
+    spec = tmp_path / "o__r.toml"
+    spec.write_text(
+        'repo = "o/r"\n[versions."1"]\npython = "3.9"\n[versions."2"]\npython = "3.6"\n[versions."3"]\n'
+        '[versions."4"]\npython = "3.13"\n'
+    )
+    catalog = SpecCatalog([tmp_path])
+    old = catalog.env("o/r", "1")
+    assert (old.suite, old.python, old.requires_python, old.note) == ("bullseye", "3.9", "3.9", "")
+    oldest = catalog.env("o/r", "2")
+    assert (oldest.suite, oldest.python, oldest.requires_python) == ("bullseye", "3.9", "3.6")
+    assert "o__r.toml runs it on Python 3.6" in oldest.note and "nearest: bullseye" in oldest.note
+    default = catalog.env("o/r", "3")
+    assert (default.suite, default.python) == ("bookworm", "3.11")
+    assert catalog.env("o/r", "4").suite == "trixie"
+    django = derive("django/django", "3.0")
+    assert django is not None and (django.suite, django.python, django.requires_python) == (
+        "bullseye",
+        "3.9",
+        "3.6",
+    )
+
+
+def test_env_images_build_from_their_suite_and_its_env_packages(tmp_path: Path) -> None:
+    env = dataclasses.replace(SpecCatalog().env("psf/requests", "2.4"), packages=("pytest==7.4.4",))
+    base = harness_images.base_of(env)
+    assert (base.name, base.suite, base.python) == ("base-bullseye", "bullseye", "3.9")
+    harness_images.write_env_recipe(env, tmp_path / "a", base)
+    assert (tmp_path / "a" / "requirements.txt").read_text() == "pip==24.3.1\npytest==7.4.4\n"
+    own = dataclasses.replace(env, packages=("PIP>=25", "pytest==7.4.4"))
+    harness_images.write_env_recipe(own, tmp_path / "b", base)
+    assert (tmp_path / "b" / "requirements.txt").read_text() == "PIP>=25\npytest==7.4.4\n", (
+        "the spec's pip wins"
+    )
+    nowhere = dataclasses.replace(env, suite="sid")
+    with pytest.raises(ImageBuildError, match=r"needs Python 3.9 \(Debian sid\).*known: bookworm"):
+        harness_images.base_of(nowhere)
 
 
 def test_swebench_table_is_used_when_the_installed_swebench_has_one(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,6 +20,7 @@ LITE = Path(__file__).resolve().parents[3] / "shared" / "data" / "swe-bench-lite
 REPO = "envfarm-tests/calc"
 KEY = "envfarm-tests__calc"
 PYTEST = "pytest==9.2.0"
+PYTEST_39 = "pytest==8.4.2"  # the last pytest for Python 3.9
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "toy",
     "GIT_AUTHOR_EMAIL": "toy@localhost",
@@ -193,9 +194,18 @@ def row(instance_id: str, base: str) -> dict[str, object]:
     }
 
 
-def write_spec(folder: Path) -> Path:
-    """The toy repo's environment spec (pytest from the wheelhouse, an editable install by default)."""
+def write_spec(folder: Path, python: str | None = None) -> Path:
+    """The toy repo's environment spec (pytest from the wheelhouse, an editable install by default).
+
+    ``python="3.9"`` makes a spec for the Debian bullseye base: pytest 9 needs 3.10, so it pins the last
+    pytest for 3.9, and the pyproject-only editable install needs a setuptools newer than bullseye's."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{KEY}.toml"
-    path.write_text(f'repo = "{REPO}"\n\n[defaults]\npackages = ["{PYTEST}"]\ntest_cmd = "pytest -rA"\n')
+    if python is None:
+        packages, head = f'"{PYTEST}"', ""
+    else:
+        packages, head = f'"{PYTEST_39}", "setuptools==75.3.0", "wheel==0.45.1"', f'python = "{python}"\n'
+    path.write_text(
+        f'repo = "{REPO}"\n\n[defaults]\n{head}packages = [{packages}]\ntest_cmd = "pytest -rA"\n'
+    )
     return path

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from envfarm import config
 from envfarm.cli import app
-from envfarm.errors import ImageNotFound
+from envfarm.errors import ConfigError, ImageNotFound
 from envfarm.sandbox import dockerutil, imagebuild, images, rootfs
 
 
@@ -64,6 +64,48 @@ def test_recipes_and_layer_hashes_follow_the_base(recipes: Path) -> None:
         fh.write("# a comment is a change\n")
     after = images.current_hashes()
     assert all(before[name] != after[name] for name in before), "every image depends on the base recipe"
+
+
+def test_base_recipes_per_suite(recipes: Path) -> None:
+    assert images.base_names() == ["base", "base-bullseye", "base-trixie"]
+    by_suite = images.base_recipes()
+    assert {s: (r.name, r.python, r.glibc) for s, r in by_suite.items()} == {
+        "bookworm": ("base", "3.11", "2.36"),
+        "bullseye": ("base-bullseye", "3.9", "2.31"),
+        "trixie": ("base-trixie", "3.13", "2.41"),
+    }
+    assert by_suite["bullseye"].packages == by_suite["bookworm"].packages, "one package list, three suites"
+    assert by_suite["bullseye"].env_packages == ("pip==24.3.1",) and by_suite["bookworm"].env_packages == ()
+    assert (
+        images.base_for_suite(None).name == "base" and images.base_for_suite("trixie").name == "base-trixie"
+    )
+    with pytest.raises(ConfigError, match=r"no base recipe for Debian 'bulleye'; did you mean 'bullseye'"):
+        images.base_for_suite("bulleye")
+    assert images.recipe_names() == ["base", "ghost", "pytest"], "suite bases are not layered recipes"
+    hashes = images.suite_hashes()
+    assert (
+        set(hashes) == {"base-bullseye", "base-trixie"}
+        and images.current_hashes()["base"] not in hashes.values()
+    )
+    with (recipes / "base-bullseye" / "recipe.toml").open("a") as fh:
+        fh.write("# a change\n")
+    assert images.suite_hashes()["base-bullseye"] != hashes["base-bullseye"]
+    assert images.suite_hashes()["base-trixie"] == hashes["base-trixie"]
+
+
+def test_build_asks_for_suites_by_name(recipes: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[str | None] = []
+
+    def fake_base(force: bool = False, progress: object = None, suite: str | None = None) -> str:
+        built.append(suite)
+        return f"base {suite}"
+
+    monkeypatch.setattr(images, "build_base", fake_base)
+    assert images.build(suites=["bullseye", "trixie"]) == ["base bullseye", "base trixie"]  # type: ignore[comparison-overlap]
+    assert built == ["bullseye", "trixie"], "--suite alone builds only those bases"
+    with pytest.raises(ConfigError, match="no base recipe for Debian 'sid'"):
+        images.build(suites=["sid"])
+    assert built == ["bullseye", "trixie"], "an unknown suite fails before anything is built"
 
 
 def test_wheel_platforms_cover_manylinux_and_pure_python() -> None:
