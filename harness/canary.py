@@ -34,6 +34,9 @@ from typing import Literal
 from .tamper import Finding
 
 Style = Literal["function", "unittest"]
+LOCALS = frozenset({"zero", "acc", "ch", "total", "i", "got", "self"})
+"""Names the canary bodies assign or bind: an import of the same name cannot be their anchor (it would be
+a local read before assignment)."""
 UNITTEST_PARSERS = frozenset({"parse_log_django"})
 """Log parsers of runners that only collect ``unittest.TestCase`` classes."""
 PASSING = frozenset({"PASSED"})
@@ -179,7 +182,7 @@ def _anchors(text: str) -> list[str]:
             names += [a.asname or a.name.split(".")[0] for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
             names += [a.asname or a.name for a in node.names if a.name != "*"]
-    return sorted(set(names))
+    return sorted(set(names) - LOCALS)
 
 
 def _body(must_pass: bool, rng: Random, indent: str, anchors: Sequence[str]) -> str:

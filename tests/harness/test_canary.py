@@ -155,3 +155,14 @@ def test_cut_parametrized_ids_may_repeat() -> None:
     counts = canary.line_counts(log, lambda line: parse(line, None))
     assert canary.completeness(['t.py::test_f[a("x",'], parse(log, None), sw.grading._resolve_case,
                                counts) == []
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_imports_named_like_canary_locals_are_no_anchor(tmp_path: Path, seed: int) -> None:
+    """A module importing ``total`` (say) must not make a canary read its own local before assignment."""
+    text = "from math import fsum as total, prod as acc\nimport os as got\n\n\ndef test_one():\n    pass\n"
+    planting = canary.plant("tests/test_mod.py", text, "function", Random(seed))
+    out = _results(tmp_path, planting.text, "pytest")
+    status = _swebench.load().log_parsers.PARSER_REGISTRY["parse_log_pytest"](out, None)
+    assert canary.verdict(planting.canaries, status) == [], out
+    assert "UnboundLocalError" not in out
