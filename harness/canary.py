@@ -34,9 +34,9 @@ from typing import Literal
 from .tamper import Finding
 
 Style = Literal["function", "unittest"]
-LOCALS = frozenset({"zero", "acc", "ch", "total", "i", "got", "self"})
+LOCALS = frozenset({"zero", "acc", "char", "total", "i", "got", "self"})
 """Names the canary bodies assign or bind: an import of the same name cannot be their anchor (it would be
-a local read before assignment)."""
+a local read before assignment). Linter-clean names (pylint's tests lint their own test files)."""
 UNITTEST_PARSERS = frozenset({"parse_log_django"})
 """Log parsers of runners that only collect ``unittest.TestCase`` classes."""
 PASSING = frozenset({"PASSED"})
@@ -95,9 +95,9 @@ def plant(module: str, text: str, style: Style, rng: Random | None = None,
     canaries = tuple(Canary(_name(rng, taken), must, module) for must in kinds)
     anchors = _anchors(text)
     if style == "unittest":
-        block = _unittest_block(canaries, rng, taken, anchors)
+        block = _unittest_block(canaries, rng, taken, text, anchors)
     else:
-        block = "".join(_function(c, rng, anchors) for c in canaries)
+        block = "\n\n".join(_function(c, rng, anchors) for c in canaries)
     return Planting(canaries, _insert(text, block, rng))
 
 
@@ -200,7 +200,7 @@ def _body(must_pass: bool, rng: Random, indent: str, anchors: Sequence[str]) -> 
         for ch in word:
             acc = (acc * mul + ord(ch)) % mod
         want = acc if must_pass else (acc + rng.randrange(1, 7)) % mod
-        lines += ["acc = zero", f"for ch in {word!r}:", f"    acc = (acc * {mul} + ord(ch)) % {mod}",
+        lines += ["acc = zero", f"for char in {word!r}:", f"    acc = (acc * {mul} + ord(char)) % {mod}",
                   f"if acc != {want}:", "    raise AssertionError(acc)"]
     elif kind == 1:
         n, m = rng.randrange(20, 60), rng.randrange(7, 97)
@@ -218,16 +218,42 @@ def _body(must_pass: bool, rng: Random, indent: str, anchors: Sequence[str]) -> 
     return "".join(f"{indent}{line}\n" for line in lines)
 
 
+def _doc(name: str, indent: str) -> str:
+    """A one-line docstring from the test's words (linters that require docstrings stay quiet)."""
+    words = name.split("_")[1:3]
+    return f'{indent}"""{" ".join(words).capitalize()} stays consistent."""\n'
+
+
 def _function(c: Canary, rng: Random, anchors: Sequence[str]) -> str:
-    return f"\n\ndef {c.name}():\n{_body(c.must_pass, rng, '    ', anchors)}"
+    return f"def {c.name}():\n{_doc(c.name, '    ')}{_body(c.must_pass, rng, '    ', anchors)}"
 
 
-def _unittest_block(canaries: Sequence[Canary], rng: Random, taken: set[str], anchors: Sequence[str]) -> str:
-    alias = _name(rng, taken).replace("test_", "_ut_", 1)
-    cls = "".join(w.title() for w in _name(rng, taken).split("_")[1:3]) + "Tests"
-    methods = "".join(f"\n    def {c.name}(self):\n{_body(c.must_pass, rng, '        ', anchors)}"
-                      for c in canaries)
-    return f"\n\nimport unittest as {alias}\n\n\nclass {cls}({alias}.TestCase):{methods}"
+def _unittest_block(canaries: Sequence[Canary], rng: Random, taken: set[str], text: str,
+                    anchors: Sequence[str]) -> str:
+    """One TestCase class; its base is a TestCase the module already imports (no new import statement for
+    linters to flag), else ``unittest.TestCase`` imported under a fresh alias."""
+    words = _name(rng, taken)
+    cls = "".join(w.title() for w in words.split("_")[1:3]) + "Tests"
+    base, head = _testcase_base(text), ""
+    if base is None:
+        alias = _name(rng, taken).replace("test_", "_ut_", 1)
+        base, head = f"{alias}.TestCase", f"import unittest as {alias}\n\n\n"
+    # no method docstrings: unittest's verbose output prints them where swebench's parsers read the result
+    methods = "".join(
+        f"\n    def {c.name}(self):\n{_body(c.must_pass, rng, '        ', anchors)}" for c in canaries
+    )
+    return f"{head}class {cls}({base}):\n{_doc(words, '    ')}{methods}"
+
+
+def _testcase_base(text: str) -> str | None:
+    """``SimpleTestCase`` (Django: no database), ``unittest.TestCase`` or ``TestCase``, as the module
+    imports it."""
+    bound = set(_anchors(text))
+    if "SimpleTestCase" in bound:
+        return "SimpleTestCase"
+    if re.search(r"^import unittest\s*$", text, re.M):
+        return "unittest.TestCase"
+    return "TestCase" if "TestCase" in bound else None
 
 
 def _insert(text: str, block: str, rng: Random) -> str:
@@ -248,10 +274,9 @@ def _insert(text: str, block: str, rng: Random) -> str:
     spots = [min([d.lineno, *(x.lineno for x in d.decorator_list)]) - 1 for d in tests or defs]
     spots = spots or [len(lines)]
     at = rng.choice(spots)
-    head = "".join(lines[:at])
-    if head and not head.endswith("\n"):
-        head += "\n"
-    return f"{head}{block}\n\n{''.join(lines[at:])}"
+    head, rest = "".join(lines[:at]).rstrip("\n"), "".join(lines[at:]).lstrip("\n")
+    parts = [head, block.strip("\n"), rest]
+    return "\n\n\n".join(p for p in parts if p) + ("" if rest else "\n")
 
 
 def _few(items: Sequence[str], n: int = 5) -> str:
