@@ -4,7 +4,8 @@
     run.summary.resolved_ids, run.summary_path
 
 Instances run concurrently (``asyncio.TaskGroup``; ``max_workers`` sandboxes and ``max_workers`` docker
-builds at a time). Empty patches are counted and not run. Infra failures (an image build, the sandbox or
+builds at a time). Empty patches are counted and not run (with ``run_empty``: run as the unpatched base and
+graded, for validation). Infra failures (an image build, the sandbox or
 daemon, an environment that cannot run the tests in the budget) are retried ``retries`` times, then
 reported as errors of their kind; model failures (a patch that does not apply, an unsafe patch, tests that
 hang or exhaust memory with the patch while the unpatched base runs well inside the budget: ``verdicts.py``)
