@@ -66,7 +66,8 @@ class RowResult:
     empty: str
     """Outcome of the unpatched base."""
     seconds: float
-    """Wall time of all its runs."""
+    """Wall time of all its runs, each from its start to its report (waits for a worker or an image build
+    included)."""
     image: str | None
     reason: str | None
     """One of :data:`REASONS` when the row does not validate."""
