@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from envfarm.errors import ConfigError, SpecNotFound
+from envfarm.sandbox.values import TIMEOUTS
 
 if TYPE_CHECKING:
     from envfarm.harness import Instance, Plan, RunReport
@@ -66,7 +67,7 @@ def run(
     repo_source: RepoSourceOpt = None,
     report_dir: ReportDirOpt = Path("reports"),
     max_workers: WorkersOpt = 4,
-    timeout: TimeoutOpt = 1800,
+    timeout: TimeoutOpt = TIMEOUTS.tests_s,
     specs: SpecsOpt = None,
     tamper: Annotated[
         str, typer.Option(help="revert (default) | flag | off (SWE-bench behaviour).")
@@ -116,7 +117,7 @@ def validate_cmd(
     repo_source: RepoSourceOpt = None,
     report_dir: ReportDirOpt = Path("reports"),
     max_workers: WorkersOpt = 4,
-    timeout: TimeoutOpt = 1800,
+    timeout: TimeoutOpt = TIMEOUTS.tests_s,
     specs: SpecsOpt = None,
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Gold runs per row (flake rate).")] = 1,
     split: SplitOpt = "test",
