@@ -47,7 +47,7 @@ from .report import Artifacts, RunFolder, RunSummary, summarize, write_summary
 from .run import Attempt, run_attempt, sandbox_limits
 from .specs import Plan, SpecCatalog
 from .tamper import Policy
-from .verdicts import Baselines, classify, describe
+from .verdicts import STOPPED, Baselines
 
 log = logging.getLogger(__name__)
 
@@ -291,17 +291,15 @@ class _Runner:
                     self.backend, image.tag, limits, plan, patch, c.tamper, timeout,
                     canaries=c.canaries, output_cap=c.output_cap_mb << 20,
                 )
-                if attempt.result in ("timeout", "oom"):
+                if attempt.result in STOPPED:
                     self.progress(Event(iid, "run", detail=f"{attempt.result}: baseline run for evidence"))
-                    base = await self.baselines.get(self.backend, image.tag, limits, plan, timeout)
+                    kind, attempt = await self.baselines.judge(
+                        self.backend, image.tag, limits, plan, timeout, attempt
+                    )
+                    if kind.infra:
+                        raise _Infra(kind, attempt.message, attempt)
             except (SandboxError, BackendUnavailable) as e:
                 raise _Infra(ErrorKind.SANDBOX, f"sandbox failure: {e}") from e
-        if attempt.result in ("timeout", "oom"):
-            kind = classify(attempt, base)
-            message = describe(kind, attempt, base, timeout, limits.memory_mb)
-            if kind.infra:
-                raise _Infra(kind, message, attempt)
-            return replace(attempt, message=message), image
         return attempt, image
 
     async def _save(self, iid: str, attempt: Attempt | None, notes: list[str]) -> Path:
@@ -353,7 +351,7 @@ class _Runner:
             return error_report(
                 iid, model, ErrorKind.TEST_PATCH, att.message, attempts=n, findings=att.findings, extra=extra
             )
-        if att.result in ("timeout", "oom"):  # classified as the patch's doing (_attempt)
+        if att.result in STOPPED:  # classified as the patch's doing (_attempt)
             kind = ErrorKind.TIMEOUT if att.result == "timeout" else ErrorKind.OOM
             return error_report(
                 iid, model, kind, att.message, attempts=n, findings=att.findings, extra=extra,

@@ -19,7 +19,7 @@ import asyncio
 import hashlib
 import json
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from envfarm.config import home
@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 SCHEMA = 1
 FIT_SHARE = 0.5
+STOPPED = frozenset({"timeout", "oom"})
+"""Attempt results that need the baseline's evidence before anyone is blamed."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,15 @@ class Baselines:
             self._running[key] = task
             task.add_done_callback(lambda _t: self._running.pop(key, None))
         return await asyncio.shield(task)
+
+    async def judge(
+        self, backend: Backend, image: str, limits: Limits, plan: Plan, timeout_s: float, attempt: Attempt
+    ) -> tuple[ErrorKind, Attempt]:
+        """The error kind of a timed-out or OOM-killed ``attempt`` and the attempt with the evidence as its
+        message (:func:`classify`, :func:`describe`), from the cached or a fresh baseline."""
+        base = await self.get(backend, image, limits, plan, timeout_s)
+        kind = classify(attempt, base)
+        return kind, replace(attempt, message=describe(kind, attempt, base, timeout_s, limits.memory_mb))
 
     async def _run(
         self, backend: Backend, image: str, limits: Limits, plan: Plan, timeout_s: float, path: Path

@@ -28,7 +28,7 @@ import logging
 import shlex
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,7 @@ from envfarm.harness.images import PRISTINE, WORKDIR, BuiltImage, ImageBuilder, 
 from envfarm.harness.instances import instance_from_row
 from envfarm.harness.run import GIT, Attempt, run_attempt, sandbox_limits
 from envfarm.harness.specs import Plan
-from envfarm.harness.verdicts import Baselines, classify, describe
+from envfarm.harness.verdicts import STOPPED, Baselines
 from envfarm.sandbox import Backend, Limits, Sandbox, get_backend
 from envfarm.sandbox.pool import SandboxPool
 from envfarm.sandbox.values import IMAGE_BACKEND
@@ -266,7 +266,7 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
             if attempt.result in ("patch_failed", "refused"):
                 return Outcome(f"Your changes could not be evaluated: {attempt.message}.", done=True,
                                info={"resolved": False, "patch": patch, "error_kind": attempt.result})
-            if attempt.result in ("timeout", "oom"):
+            if attempt.result in STOPPED:
                 return Outcome(f"The hidden tests did not finish: {attempt.message}.", 0.0, True,
                                {"resolved": False, "patch": patch, "reason": attempt.result,
                                 "grade_s": time.monotonic() - t0})
@@ -289,18 +289,16 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
             try:
                 attempt = await run_attempt(self._backend, self._built.tag, limits, self.task.plan, patch,
                                             self.harness.tamper, timeout)
-                if attempt.result not in ("timeout", "oom"):
+                if attempt.result not in STOPPED:
                     return attempt
-                base = await self._baselines.get(self._backend, self._built.tag, limits, self.task.plan,
-                                                 timeout)
+                kind, attempt = await self._baselines.judge(self._backend, self._built.tag, limits,
+                                                            self.task.plan, timeout, attempt)
             except (SandboxError, BackendUnavailable) as e:
                 last = f"grading sandbox failed: {e}"
                 continue
-            kind = classify(attempt, base)
-            message = describe(kind, attempt, base, timeout, limits.memory_mb)
             if not kind.infra:
-                return replace(attempt, message=message)
-            last = message
+                return attempt
+            last = attempt.message
         raise SandboxError(f"{last} (after {self.harness.retries + 1} tries)")
 
     def _reward(self, report: InstanceReport) -> float:
