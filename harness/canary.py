@@ -93,12 +93,13 @@ def plant(module: str, text: str, style: Style, rng: Random | None = None,
     kinds = [True] * count[0] + [False] * count[1]
     rng.shuffle(kinds)
     canaries = tuple(Canary(_name(rng, taken), must, module) for must in kinds)
-    anchors = _anchors(text)
+    body = _top_level(text)
+    anchors = _anchors(body)
     if style == "unittest":
         block = _unittest_block(canaries, rng, taken, text, anchors)
     else:
         block = "\n\n".join(_function(c, rng, anchors) for c in canaries)
-    return Planting(canaries, _insert(text, block, rng))
+    return Planting(canaries, _insert(text, body, block, rng))
 
 
 def verdict(canaries: Sequence[Canary], status: Mapping[str, str]) -> list[Finding]:
@@ -170,14 +171,18 @@ def _name(rng: Random, taken: set[str]) -> str:
             return name
 
 
-def _anchors(text: str) -> list[str]:
-    """Names the module binds with top-level imports (what its real tests use), ``__future__`` aside."""
+def _top_level(text: str) -> list[ast.stmt]:
+    """The module's top-level statements; none when it does not parse (canaries then go at the end)."""
     try:
-        tree = ast.parse(text)
+        return ast.parse(text).body
     except (SyntaxError, ValueError):
         return []
+
+
+def _anchors(body: Sequence[ast.stmt]) -> list[str]:
+    """Names the module binds with top-level imports (what its real tests use), ``__future__`` aside."""
     names = []
-    for node in tree.body:
+    for node in body:
         if isinstance(node, ast.Import):
             names += [a.asname or a.name.split(".")[0] for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
@@ -234,7 +239,7 @@ def _unittest_block(canaries: Sequence[Canary], rng: Random, taken: set[str], te
     linters to flag), else ``unittest.TestCase`` imported under a fresh alias."""
     words = _name(rng, taken)
     cls = "".join(w.title() for w in words.split("_")[1:3]) + "Tests"
-    base, head = _testcase_base(text), ""
+    base, head = _testcase_base(text, anchors), ""
     if base is None:
         alias = _name(rng, taken).replace("test_", "_ut_", 1)
         base, head = f"{alias}.TestCase", f"import unittest as {alias}\n\n\n"
@@ -245,10 +250,10 @@ def _unittest_block(canaries: Sequence[Canary], rng: Random, taken: set[str], te
     return f"{head}class {cls}({base}):\n{_doc(words, '    ')}{methods}"
 
 
-def _testcase_base(text: str) -> str | None:
+def _testcase_base(text: str, anchors: Sequence[str]) -> str | None:
     """``SimpleTestCase`` (Django: no database), ``unittest.TestCase`` or ``TestCase``, as the module
-    imports it."""
-    bound = set(_anchors(text))
+    imports it (``anchors``: its imported names)."""
+    bound = set(anchors)
     if "SimpleTestCase" in bound:
         return "SimpleTestCase"
     if re.search(r"^import unittest\s*$", text, re.M):
@@ -256,20 +261,12 @@ def _testcase_base(text: str) -> str | None:
     return "TestCase" if "TestCase" in bound else None
 
 
-def _insert(text: str, block: str, rng: Random) -> str:
+def _insert(text: str, body: Sequence[ast.stmt], block: str, rng: Random) -> str:
     """``block`` before a random top-level test function or class (else any def/class; at the end only
     when the module has neither or does not parse). Never after the last test: sympy's verbose runner prints
     a file's ``[OK]``/``[FAIL]`` on the line of its last test, where swebench's parser no longer sees it."""
     lines = text.splitlines(keepends=True)
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
-        tree = None
-    defs = [
-        node
-        for node in (tree.body if tree is not None else [])
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-    ]
+    defs = [node for node in body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
     tests = [d for d in defs if d.name.lower().startswith("test")]
     spots = [min([d.lineno, *(x.lineno for x in d.decorator_list)]) - 1 for d in tests or defs]
     spots = spots or [len(lines)]
