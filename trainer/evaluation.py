@@ -1,6 +1,7 @@
 """Held-out evaluation of a served policy through the farm, and the paired comparison of two evaluations.
 
-    result = await evaluate_served(url, EvalSettings(env_id, episodes=500, seed=3_000_000, ...), run_dir)
+    result = await evaluate_served(url, config.farm_config(episodes=500, seed=3_000_000), run_dir,
+                                   temperature=1.0, max_tokens=96)
     diff, lo, hi, n = paired_bootstrap(before.per_seed, after.per_seed)
 
 An evaluation is an ``envfarm eval`` run (one attempt per held-out seed, ``openai:URL`` at the training
@@ -15,37 +16,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from envfarm.rollout.eval import run_eval
 from envfarm.rollout.farm import FarmConfig
 from envfarm.rollout.openai_policy import OpenAIPolicy
-from envfarm.sandbox.values import DEFAULT_BACKEND
 
 BOOTSTRAP_SAMPLES = 10_000
-
-
-@dataclass(frozen=True)
-class EvalSettings:
-    """What an evaluation runs."""
-
-    env_id: str
-    episodes: int
-    """Held-out tasks (one attempt each)."""
-    seed: int
-    """Seed of the first held-out task; task t uses seed + t."""
-    backend: str = DEFAULT_BACKEND
-    temperature: float = 1.0
-    """Sampling temperature of the policy (the training temperature)."""
-    max_tokens: int = 96
-    concurrency: int = 64
-    step_slots: int | None = 2
-    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    """Arguments of the env (the training run's)."""
 
 
 @dataclass(frozen=True)
@@ -61,14 +41,13 @@ class EvalResult:
     wall_s: float
 
 
-async def evaluate_served(url: str, settings: EvalSettings, run_dir: Path) -> EvalResult:
-    """Run (or resume, when ``run_dir`` holds a run) the evaluation against the policy server at ``url``."""
+async def evaluate_served(url: str, config: FarmConfig, run_dir: Path, *, temperature: float,
+                          max_tokens: int) -> EvalResult:
+    """Run (or resume, when ``run_dir`` holds a run) the evaluation ``config`` (one attempt per seed) against
+    the policy server at ``url``, sampling at ``temperature`` (0: greedy)."""
     t0 = time.monotonic()
-    config = FarmConfig(env_id=settings.env_id, episodes=settings.episodes, concurrency=settings.concurrency,
-                        backend=settings.backend, seed=settings.seed, attempts=1,
-                        step_slots=settings.step_slots, env_kwargs=dict(settings.env_kwargs))
-    policy = OpenAIPolicy(url, temperature=settings.temperature, max_tokens=settings.max_tokens,
-                          max_connections=settings.concurrency, logprobs=False)
+    policy = OpenAIPolicy(url, temperature=temperature, max_tokens=max_tokens,
+                          max_connections=config.concurrency, logprobs=False)
     resume = await asyncio.to_thread((Path(run_dir) / "run.json").exists)
     report = await run_eval(config, policy, Path(run_dir), resume=resume)
     per_seed = {r.seed: float(np.mean(r.rewards)) for r in report.per_task if r.rewards}
@@ -90,4 +69,4 @@ def paired_bootstrap(before: Mapping[int, float], after: Mapping[int, float],
     return float(diff.mean()), float(low), float(high), len(common)
 
 
-__all__ = ["EvalResult", "EvalSettings", "evaluate_served", "paired_bootstrap"]
+__all__ = ["EvalResult", "evaluate_served", "paired_bootstrap"]

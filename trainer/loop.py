@@ -26,18 +26,17 @@ import json
 import logging
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from envfarm.errors import ConfigError
-from envfarm.rollout.farm import FarmConfig
 
 from .checkpoint import latest_checkpoint, load_checkpoint, prune, save_checkpoint
 from .distributed import DistContext
-from .evaluation import EvalResult, EvalSettings, evaluate_served, paired_bootstrap
+from .evaluation import EvalResult, evaluate_served, paired_bootstrap
 from .learner import Learner, learner_config
 from .metrics import Metrics, plot_rewards
 from .policy import Policy, clone_policy, load_policy, save_policy
@@ -46,6 +45,7 @@ from .rl import RLPhase, RLState
 from .samples import sft_samples
 from .server import PolicyServer, ServerConfig
 from .sft import collect_demos, greedy_match, sft_batch, split_demos
+from .state import LoopState
 from .train_config import CONFIG_FILE, TrainConfig
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class Training:
         self.metrics: Metrics | None = None
         self.policy: Policy | None = None
         self.learner: Learner | None = None
-        self.loop_state: dict[str, Any] = {"phase": "sft", "sft_step": 0}
+        self.loop_state = LoopState()
         self.rl_state = RLState()
         self.init_method = init_method
         self.leader: Leader | None = None
@@ -93,7 +93,7 @@ class Training:
         assert self.policy is not None and self.metrics is not None
         server: PolicyServer | None = None
         try:
-            if self.loop_state["phase"] == "sft":
+            if self.loop_state.phase == "sft":
                 await self._timed("sft", self._sft())
             served = clone_policy(self.policy)
             served.version = self.rl_state.version
@@ -139,14 +139,12 @@ class Training:
         timings = self.out / "timings.json"
         self.timings = json.loads(timings.read_text()) if timings.exists() else {}
         if c.sft_steps == 0:
-            self.loop_state["phase"] = "rl"
+            self.loop_state = replace(self.loop_state, phase="rl")
         found = latest_checkpoint(self.ckpt_dir) if resume else None
         if found is not None:
-            state = load_checkpoint(found, self.learner)
-            self.loop_state = {k: v for k, v in state.items() if k != "rl"}
-            self.rl_state = RLState(**state.get("rl", {}))
+            self.loop_state, self.rl_state = LoopState.from_json(load_checkpoint(found, self.learner))
             self.policy.version = self.rl_state.version
-            log.info("resumed from %s (phase %s, version %d)", found, self.loop_state["phase"],
+            log.info("resumed from %s (phase %s, version %d)", found, self.loop_state.phase,
                      self.rl_state.version)
         self.leader.sync()  # every rank starts from rank 0's weights and optimizer state
         self.metrics = Metrics(self.out, keep=self._logged_before if resume else None)
@@ -155,7 +153,7 @@ class Training:
         """Whether a metrics record of an earlier session belongs to the state resumed from."""
         kind, phase = record.get("kind"), record.get("phase")
         if kind == "update" and phase == "sft":
-            return int(record.get("step", 0)) <= int(self.loop_state.get("sft_step", 0))
+            return int(record.get("step", 0)) <= self.loop_state.sft_step
         if (kind == "update" and phase == "rl") or kind == "publish":
             return int(record.get("version", 0)) <= self.rl_state.version
         if kind == "eval":
@@ -177,15 +175,13 @@ class Training:
         assert learner is not None and policy is not None and metrics is not None
         assert self.leader is not None
         self.progress.phase = "demos"
-        demo_config = FarmConfig(env_id=c.env_id, episodes=c.sft_demos, concurrency=c.concurrency,
-                                 backend=c.backend, seed=c.demo_seed, step_slots=c.step_slots,
-                                 env_kwargs=dict(c.env_kwargs))
+        demo_config = c.farm_config(episodes=c.sft_demos, seed=c.demo_seed)
         train, held = split_demos(await collect_demos(demo_config, self.out / "runs" / "demos"),
                                   c.sft_held_out)
         samples = await asyncio.to_thread(sft_samples, train, policy)
         checks = await asyncio.to_thread(sft_samples, held, policy)
         self.progress.phase, self.progress.total = "sft", c.sft_steps
-        for step in range(int(self.loop_state["sft_step"]), c.sft_steps):
+        for step in range(self.loop_state.sft_step, c.sft_steps):
             lr = c.sft_lr * min(1.0, (step + 1) / SFT_WARMUP)
             batch = sft_batch(samples, c.sft_batch, c.seed, step)
             stats = await asyncio.to_thread(self.leader.update, batch, "sft", lr)
@@ -197,22 +193,22 @@ class Training:
                            clip_frac=None, lr=lr, samples=stats.samples, tokens=stats.tokens, version=0,
                            grad_norm=stats.grad_norm, held_out_match=match)
             self.progress.step, self.progress.loss = step + 1, stats.loss
-            self.loop_state["sft_step"] = step + 1
+            self.loop_state = replace(self.loop_state, sft_step=step + 1)
             if match is not None and match >= c.sft_target:
                 log.info("SFT stops at step %d: held-out greedy match %.3f >= %.3f", step + 1, match,
                          c.sft_target)
-                self.loop_state["sft_match"] = match
+                self.loop_state = replace(self.loop_state, sft_match=match)
                 break
             if (step + 1) % SFT_CHECKPOINT_EVERY == 0 and step + 1 < c.sft_steps:
                 await asyncio.to_thread(self._save, f"sft-{step + 1:06d}")
-        self.loop_state["phase"] = "rl"
+        self.loop_state = replace(self.loop_state, phase="rl")
         self.leader.reset_optimizer()  # RL starts with fresh AdamW moments at its own learning rate
         await asyncio.to_thread(self._save, "sft")
         await asyncio.to_thread(prune, self.ckpt_dir, 0, "sft-")
 
     def _save(self, name: str, rl: RLState | None = None) -> None:
         assert self.learner is not None and self.policy is not None
-        state = {**self.loop_state, "rl": asdict(rl or self.rl_state)}
+        state = self.loop_state.to_json(rl or self.rl_state)
         self.policy.version = (rl or self.rl_state).version
         policy = self.policy
         save_checkpoint(self.ckpt_dir / name, self.learner, state,
@@ -238,7 +234,7 @@ class Training:
         phase = RLPhase(c, self.out, self.learner, server.url, self.metrics, self.rl_state, checkpoint,
                         self.policy.max_context, on_update, step=self.leader.update)
         self.rl_state = await phase.run()
-        self.loop_state["phase"] = "eval"
+        self.loop_state = replace(self.loop_state, phase="eval")
 
     # ------------------------------------------------------------------------------------- evaluation
 
@@ -251,12 +247,12 @@ class Training:
         assert self.metrics is not None
         self.progress.phase = f"eval {phase}"
         c = self.config
-        settings = EvalSettings(c.env_id, c.eval_episodes, c.eval_seed, c.backend, c.temperature,
-                                c.max_tokens, c.concurrency, c.step_slots, c.env_kwargs)
         swapped = phase == "before_rl" and self.rl_state.updates > 0
         if swapped:  # the SFT-only weights, when a resumed run lost this evaluation
             await server.swap(await asyncio.to_thread(_sft_weights, self.ckpt_dir), "sft")
-        result = await evaluate_served(server.url, settings, self.out / "runs" / f"eval-{phase}")
+        result = await evaluate_served(server.url, c.farm_config(episodes=c.eval_episodes, seed=c.eval_seed),
+                                       self.out / "runs" / f"eval-{phase}", temperature=c.temperature,
+                                       max_tokens=c.max_tokens)
         if swapped:
             assert self.learner is not None
             await server.swap(self.learner.module, self.rl_state.version)
@@ -275,8 +271,8 @@ class Training:
             "diff_ci95": [round(low, 4), round(high, 4)], "eval_temperature": c.temperature,
             "eval_seeds": [c.eval_seed, c.eval_seed + c.eval_episodes],
             "eval_infra_errors": {"before_rl": before.infra_errors, "after_rl": after.infra_errors},
-            "sft_steps": int(self.loop_state.get("sft_step", 0)),
-            "sft_held_out_match": self.loop_state.get("sft_match"), "rl_updates": self.rl_state.updates,
+            "sft_steps": self.loop_state.sft_step,
+            "sft_held_out_match": self.loop_state.sft_match, "rl_updates": self.rl_state.updates,
             "final_version": self.rl_state.version, "rl_seconds": self.rl_state.seconds,
             "dropped": self.rl_state.dropped, "wall_s": round(sum(self.timings.values()), 1),
             "phase_s": self.timings, "load_avg_end": [round(x, 2) for x in os.getloadavg()],

@@ -31,7 +31,7 @@ from typing import Any, Literal
 import aiohttp
 
 from envfarm.errors import TrainerError
-from envfarm.rollout.farm import Farm, FarmConfig
+from envfarm.rollout.farm import Farm
 from envfarm.rollout.openai_policy import OpenAIPolicy
 from envfarm.rollout.sinks import HTTPSink
 from envfarm.rollout.trajectory import Trajectory
@@ -139,10 +139,8 @@ class RLPhase:
         c = self.config
         episodes = episodes or RL_EPISODES  # fixed: --rl-updates/--minutes may change on --resume
         staleness = c.max_staleness if max_staleness == "config" else max_staleness
-        config = FarmConfig(env_id=c.env_id, episodes=episodes, concurrency=c.concurrency, backend=c.backend,
-                            seed=c.rl_seed if seed is None else seed, attempts=c.group_size,
-                            step_slots=c.step_slots, max_staleness=staleness,  # type: ignore[arg-type]
-                            env_kwargs=dict(c.env_kwargs))
+        config = c.farm_config(episodes=episodes, seed=c.rl_seed if seed is None else seed,
+                               attempts=c.group_size, max_staleness=staleness)  # type: ignore[arg-type]
         policy = OpenAIPolicy(self.server_url, temperature=c.temperature, max_tokens=c.max_tokens,
                               max_connections=c.concurrency, timeout_s=600.0)
         run_dir = self.out / run

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from envfarm.errors import ConfigError
+from envfarm.rollout.farm import FarmConfig
 from envfarm.sandbox.values import DEFAULT_BACKEND
 
 CONFIG_FILE = "config.json"
@@ -50,6 +51,7 @@ class TrainConfig:
     sft_batch: int = 8
     """Episodes per SFT step."""
     sft_lr: float = 1e-3
+    """SFT learning rate (AdamW, linear warm-up over the first 20 steps)."""
     sft_target: float = 0.5
     """Stop SFT once greedy decoding reproduces this fraction of the held-out demonstrations (0: run all
     ``sft_steps``). A competent warm start that leaves RL headroom; see sft.py."""
@@ -72,6 +74,7 @@ class TrainConfig:
     informative (rewards not all equal; DAPO's dynamic sampling). 1: plain GRPO batches. When sampling is
     the bottleneck and successes are rare, frequent small updates learn faster per second."""
     lr: float = 3e-4
+    """RL learning rate (AdamW, fresh moments after SFT)."""
     ppo_epochs: int = 1
     """Optimizer steps on each update's samples (PPO epochs). Above 1 the later steps are off-policy and the
     behaviour logprobs' clipped ratio bounds how far they move: more learning per sampled episode, and
@@ -83,6 +86,7 @@ class TrainConfig:
     kl_coef: float = 0.0
     """Weight of the k3 KL to the SFT policy (0: none, no reference kept)."""
     clip_eps: float = 0.2
+    """PPO clip range of the per-token ratio."""
     max_staleness: int = 1
     """Episodes start only on weights at most this many versions behind; older turns are dropped."""
     sync: bool = False
@@ -108,8 +112,11 @@ class TrainConfig:
     eval_episodes: int = 500
     """Held-out tasks evaluated before and after RL (the same seeds)."""
     demo_seed: int = SEED_RANGE
+    """First seed of the SFT demonstrations."""
     rl_seed: int = 2 * SEED_RANGE
+    """First seed of the RL tasks."""
     eval_seed: int = 3 * SEED_RANGE
+    """First seed of the held-out evaluation tasks."""
 
     def __post_init__(self) -> None:
         positive = {"sft_demos": self.sft_demos, "sft_batch": self.sft_batch, "group_size": self.group_size,
@@ -141,6 +148,14 @@ class TrainConfig:
         if ranges[1] - ranges[0] < SEED_RANGE or ranges[2] - ranges[1] < SEED_RANGE:
             raise ConfigError("demo_seed, rl_seed and eval_seed must be at least 1,000,000 apart (disjoint "
                               "tasks)")
+
+    def farm_config(self, *, episodes: int, seed: int, attempts: int = 1,
+                    max_staleness: int | None = None) -> FarmConfig:
+        """The farm run of one phase (demonstrations, RL, an evaluation) under this training config: the
+        env, its kwargs, backend, concurrency and step slots are the run's; the rest is the phase's."""
+        return FarmConfig(env_id=self.env_id, episodes=episodes, concurrency=self.concurrency,
+                          backend=self.backend, seed=seed, attempts=attempts, step_slots=self.step_slots,
+                          max_staleness=max_staleness, env_kwargs=dict(self.env_kwargs))
 
     def with_options(self, **changes: Any) -> TrainConfig:
         """A copy with the given (non-None) options changed; ConfigError for an unknown name."""

@@ -9,8 +9,15 @@ Starts a policy server, the farm and the learner in this process (real HTTP betw
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import inspect
+import itertools
 import json
+import textwrap
+import types
+import typing
+from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,75 +27,74 @@ from rich.live import Live
 from rich.table import Table
 
 from envfarm.errors import ConfigError
-from envfarm.sandbox.values import DEFAULT_BACKEND
+from envfarm.trainer.train_config import ENV_DEFAULTS, TrainConfig
 
 console = Console()
 err_console = Console(stderr=True)
 
 RESUMABLE = {"rl_updates", "minutes", "device", "threads", "concurrency", "eval_episodes", "nproc"}
 """Options that may change when a run is resumed (the rest define the run)."""
+OPTION_NAMES = {"env_id": "--env"}
+"""Options not named after their TrainConfig field (``--field-name``)."""
 
 
-def train(
-    env: Annotated[str | None, typer.Option("--env", help="Registered env id.")] = None,
-    env_kwargs: Annotated[str | None, typer.Option(
-        "--env-kwargs", help='Env arguments as JSON over {"tool_help": false}, e.g. \'{"difficulty": 2}\'.',
-    )] = None,
-    preset: Annotated[str | None, typer.Option(help="Built-in model preset [default: tiny-cpu].")] = None,
-    checkpoint: Annotated[str | None, typer.Option(help="Start from this policy folder instead.")] = None,
-    out: Annotated[Path | None, typer.Option(help="Training folder to create.")] = None,
-    resume: Annotated[Path | None, typer.Option(help="Continue this training folder.")] = None,
-    sft_steps: Annotated[int | None, typer.Option(min=0, help="SFT steps on oracle demos (0: none).")] = None,
-    sft_demos: Annotated[int | None, typer.Option(min=1, help="Oracle demonstration episodes.")] = None,
-    sft_batch: Annotated[int | None, typer.Option(min=1, help="Episodes per SFT step.")] = None,
-    sft_lr: Annotated[float | None, typer.Option(help="SFT learning rate.")] = None,
-    rl_updates: Annotated[int | None, typer.Option(min=0, help="RL updates (weight versions).")] = None,
-    minutes: Annotated[float | None, typer.Option(help="RL phase budget [default: 8.5].")] = None,
-    group_size: Annotated[int | None, typer.Option(min=2, help="Attempts per task (GRPO group).")] = None,
-    prompts_per_update: Annotated[int | None, typer.Option(min=1, help="GRPO groups per update.")] = None,
-    lr: Annotated[float | None, typer.Option(help="RL learning rate.")] = None,
-    ppo_epochs: Annotated[int | None, typer.Option(min=1, help="Optimizer steps per RL batch.")] = None,
-    loss_agg: Annotated[str | None, typer.Option(help="RL loss: sequence or token.")] = None,
-    kl_coef: Annotated[float | None, typer.Option(min=0, help="k3 KL to the SFT policy (0: off).")] = None,
-    max_staleness: Annotated[int | None, typer.Option(min=0, help="Max weight versions behind.")] = None,
-    temperature: Annotated[float | None, typer.Option(min=0, help="Sampling temperature (RL, eval).")] = None,
-    max_tokens: Annotated[int | None, typer.Option(min=1, help="Tokens per completion.")] = None,
-    eval_episodes: Annotated[int | None, typer.Option(min=1, help="Held-out evaluation tasks.")] = None,
-    concurrency: Annotated[int | None, typer.Option(min=1, help="Episodes in flight.")] = None,
-    backend: Annotated[str | None, typer.Option(help=f"Sandbox backend [default: {DEFAULT_BACKEND}].")] \
-        = None,
-    device: Annotated[str | None, typer.Option(help="cpu | cuda [default: cuda when available].")] = None,
-    threads: Annotated[int | None, typer.Option(min=1, help="torch threads [default: torch's].")] = None,
-    nproc: Annotated[int | None, typer.Option(min=1, help="Learner processes (data parallel).")] = None,
-    seed: Annotated[int | None, typer.Option(help="Model init and SFT order seed.")] = None,
-    quiet: Annotated[bool, typer.Option(help="No live progress.")] = False,
-) -> None:
-    """SFT on oracle demos, then GRPO against the farm, then held-out evaluation of both policies."""
+def _field_docs(cls: type) -> dict[str, str]:
+    """Each dataclass field's docstring (the string literal under it), whitespace collapsed."""
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body  # type: ignore[attr-defined]
+    return {a.target.id: " ".join(b.value.value.split()) for a, b in itertools.pairwise(body)
+            if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr)
+            and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str)}
+
+
+def _cli_type(hint: Any) -> Any:
+    """The option type of a field type: Optional unwrapped, Literal and JSON objects as str."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    if typing.get_origin(hint) is typing.Literal:
+        return str
+    if hint is dict or typing.get_origin(hint) is dict:
+        return str
+    return hint
+
+
+def config_options() -> list[inspect.Parameter]:
+    """One typer option per :class:`TrainConfig` field, named ``--field-name`` (``OPTION_NAMES``), its help
+    the field's docstring plus the default; each defaults to None (not given: the config's default, or on
+    ``--resume`` the stored value)."""
+    docs, hints = _field_docs(TrainConfig), typing.get_type_hints(TrainConfig)
+    params = []
+    for f in fields(TrainConfig):
+        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+        name = OPTION_NAMES.get(f.name, "--" + f.name.replace("_", "-"))
+        kind = _cli_type(hints[f.name])
+        decl = f"{name}/--no-{name[2:]}" if kind is bool else name
+        doc = docs.get(f.name, "")
+        first = doc.split(". ")[0].rstrip(".").replace("``", "`")
+        shown = json.dumps(default) if isinstance(default, dict) else str(default)
+        option = typer.Option(decl, help=f"{first}.", show_default=shown)
+        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                                        annotation=Annotated[kind | None, option]))
+    return params
+
+
+def train(out: Path | None = None, resume: Path | None = None, quiet: bool = False,
+          **options: Any) -> None:
+    """SFT on teacher demos, then GRPO against the farm, then held-out evaluation of both policies."""
     from envfarm.trainer.loop import TrainProgress
     from envfarm.trainer.loop import train as run_train
-    from envfarm.trainer.train_config import TrainConfig
 
-    given: dict[str, Any] = {
-        "env_id": env, "preset": preset, "checkpoint": checkpoint, "sft_steps": sft_steps,
-        "sft_demos": sft_demos, "sft_batch": sft_batch, "sft_lr": sft_lr, "rl_updates": rl_updates,
-        "minutes": minutes, "group_size": group_size, "prompts_per_update": prompts_per_update, "lr": lr,
-        "ppo_epochs": ppo_epochs, "loss_agg": loss_agg,
-        "kl_coef": kl_coef, "max_staleness": max_staleness, "temperature": temperature,
-        "max_tokens": max_tokens, "eval_episodes": eval_episodes, "concurrency": concurrency,
-        "backend": backend, "device": device, "threads": threads, "nproc": nproc, "seed": seed}
-    given = {k: v for k, v in given.items() if v is not None}
-    if env_kwargs is not None:
+    given = {k: v for k, v in options.items() if v is not None}
+    if "env_kwargs" in given:
         from envfarm.commands.farm import parse_env_kwargs
-        from envfarm.trainer.train_config import ENV_DEFAULTS
 
-        given["env_kwargs"] = {**ENV_DEFAULTS, **parse_env_kwargs(env_kwargs)}
+        given["env_kwargs"] = {**ENV_DEFAULTS, **parse_env_kwargs(given["env_kwargs"])}
     if resume is not None:
         if out is not None and out != resume:
             raise ConfigError("give either --out (a new run) or --resume (an existing one), not both")
         fixed = sorted(set(given) - RESUMABLE)
         if fixed:
             raise ConfigError(f"--resume continues the stored run; these options cannot change: "
-                              f"{', '.join('--' + k.replace('_', '-') for k in fixed)}")
+                              f"{', '.join(OPTION_NAMES.get(k, '--' + k.replace('_', '-')) for k in fixed)}")
         config = TrainConfig.load(resume).with_options(**given)
         folder = resume
     else:
@@ -100,6 +106,18 @@ def train(
     work = run_train(config, folder, resume=resume is not None, progress=progress)
     summary = asyncio.run(_drive(work, progress, quiet))
     console.print(_summary_table(summary, folder))
+
+
+_OWN = [
+    inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
+        Path | None, typer.Option(help="Training folder to create.")]),
+    inspect.Parameter("resume", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
+        Path | None, typer.Option(help="Continue this training folder.")]),
+    inspect.Parameter("quiet", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=Annotated[
+        bool, typer.Option(help="No live progress.")]),
+]
+train.__signature__ = inspect.Signature([*_OWN, *config_options()])  # type: ignore[attr-defined]
+train.__annotations__ = {p.name: p.annotation for p in train.__signature__.parameters.values()}  # type: ignore[attr-defined]
 
 
 async def _drive(work: Any, progress: Any, quiet: bool) -> dict[str, Any]:
