@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from envfarm.errors import ConfigError, SpecNotFound
@@ -40,7 +42,7 @@ from envfarm.sandbox.recipes import images_dir, load_base_recipe
 from . import _swebench, patches
 from .env_spec import SPECS_FOLDER, Directives, EnvSpec, spec_path
 from .instances import Instance
-from .upstream_specs import derive, suite_for
+from .upstream_specs import SUITES, derive, suite_for
 
 DEFAULT_INSTALL = "python -m pip install --no-deps --no-build-isolation -e ."
 DEFAULT_PARSER = "parse_log_pytest"
@@ -70,6 +72,9 @@ class SpecTable(BaseModel):
     default base image's (images/base/recipe.toml)."""
     packages: list[str] | None = None
     """pip requirement lines installed into the env image from the host wheelhouse (no network in builds)."""
+    extra_packages: list[str] | None = None
+    """pip requirement lines added to the inherited ``packages``; a line naming a project already there
+    replaces it (``["cython==0.29.22"]``: one version's build pin)."""
     install: list[str] | None = None
     """Shell commands run in the repo at the base commit when the instance image is built (default: an
     offline editable install). pip runs with PIP_NO_INDEX and PIP_FIND_LINKS=/opt/envfarm/wheelhouse."""
@@ -88,6 +93,13 @@ class SpecTable(BaseModel):
     """Test timeout for this repo/version, overriding --timeout when larger."""
     protected: list[str] | None = None
     """Extra path globs a model patch may not change (the repo's own test-runner code); see tamper.py."""
+    exact_python: bool | None = None
+    """The pins need ``python`` itself (compiled code that no later Python builds): no nearest suite is tried,
+    and when no suite ships it the version's rows fail to plan with "needs Python X" (validate:
+    python-unavailable)."""
+    like: str | None = None
+    """Another version of the same file whose table fills this one's unset fields (``like = "4.1"``: four
+    sphinx versions share one package set); chains are followed, cycles are an error."""
 
 
 class SpecFile(BaseModel):
@@ -154,18 +166,24 @@ class SpecCatalog:
                 f'{path} has no [versions."{version}"] table for {repo}{who} (it has {have}): add one '
                 "(python, packages, install)"
             )
-        table = (spec.versions or {}).get(version, SpecTable())
+        table = _resolve_like(spec.versions or {}, version, path)
         return self._merge(repo, version, spec.defaults, table, path)
 
     def _merge(self, repo: str, version: str, base: SpecTable, over: SpecTable, path: Path) -> EnvSpec:
-        m = {**base.model_dump(exclude_none=True), **over.model_dump(exclude_none=True)}
+        m = {**base.model_dump(exclude_none=True), **over.model_dump(exclude_none=True, exclude={"like"})}
         asked = str(m.get("python", self._base_python))
         suite = suite_for(asked, asked_by=path.name)
+        if suite.note and m.get("exact_python"):
+            raise SpecNotFound(
+                f"{repo} {version} needs Python {asked} exactly ({path.name}: exact_python), and no Debian "
+                f"suite ships it (known: {', '.join(py for _, py in SUITES)}): add a base recipe for a suite "
+                "that does, or pins that build on a Python one ships"
+            )
         return EnvSpec(
             repo=repo,
             version=version,
             python=suite.python,
-            packages=tuple(m.get("packages", ())),
+            packages=_with_extra(m.get("packages", ()), m.get("extra_packages", ())),
             install=tuple(m.get("install", (DEFAULT_INSTALL,))),
             pre_test=tuple(m.get("pre_test", ())),
             test_cmd=m.get("test_cmd"),
@@ -284,6 +302,36 @@ def _spec_files(item: Path) -> list[Path]:
     if item.exists() or item == images_dir() / SPECS_FOLDER:
         return []
     raise ConfigError(f"spec path {item} does not exist (pass a folder of *.toml spec files or one file)")
+
+
+def _with_extra(packages: Sequence[str], extra: Sequence[str]) -> tuple[str, ...]:
+    """``packages`` with ``extra`` appended, each extra line replacing the line of the same project."""
+    if not extra:
+        return tuple(packages)
+    replaced = {_project(line) for line in extra}
+    return (*(line for line in packages if _project(line) not in replaced), *extra)
+
+
+def _project(line: str) -> str:
+    try:
+        return canonicalize_name(Requirement(line).name)
+    except InvalidRequirement as e:
+        raise ConfigError(f"not a pip requirement line: {line!r} ({e})") from e
+
+
+def _resolve_like(versions: dict[str, SpecTable], version: str, path: Path) -> SpecTable:
+    """The table of ``version`` with the unset fields filled from the tables its ``like`` chain names."""
+    table, seen = versions.get(version, SpecTable()), [version]
+    while table.like is not None:
+        if table.like in seen or table.like not in versions:
+            why = "a cycle" if table.like in seen else f'no [versions."{table.like}"] table'
+            raise ConfigError(f'{path}: like = {table.like!r} in [versions."{seen[-1]}"] names {why}')
+        seen.append(table.like)
+        parent = versions[table.like]
+        fields = {**parent.model_dump(exclude_none=True), **table.model_dump(exclude_none=True)}
+        fields["like"] = parent.like
+        table = SpecTable(**fields)
+    return table
 
 
 def _read(path: Path) -> SpecFile:

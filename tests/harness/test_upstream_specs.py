@@ -31,7 +31,7 @@ def _eval_script_install(script: str) -> str:
 
 def test_lite_rows_plan_with_a_python_a_suite_and_the_rows_install(lite: list[Instance]) -> None:
     plans, errors = plan_all(lite, SpecCatalog())
-    assert not errors
+    assert set(errors) == {"astropy__astropy-6938", "astropy__astropy-7746"}, "astropy 1.3: exact_python 3.6"
     per_suite = collections.Counter()
     for plan in plans:
         env = plan.env
@@ -43,13 +43,11 @@ def test_lite_rows_plan_with_a_python_a_suite_and_the_rows_install(lite: list[In
         assert env.install == (offline_install(_eval_script_install(plan.instance.eval_script)),)
         assert {"setuptools", "wheel"} <= set(env.packages)
         per_suite[(env.requires_python, env.suite)] += 1
-    assert per_suite == {
-        ("3.9", "bullseye"): 144,  # + 20 rows with a spec file in images/swebench/: sympy 1.12/1.13 (5),
-        # pytest 5.4 (4), requests 2.3/2.4 (3), seaborn 0.12/0.13 (4), pylint 2.15 (4)
-        ("3.6", "bullseye"): 77,
+    assert per_suite == {  # django, matplotlib, scikit-learn (160 rows): the repos without a spec file
+        ("3.9", "bullseye"): 34,
+        ("3.6", "bullseye"): 75,
         ("3.11", "bookworm"): 31,
         ("3.8", "bullseye"): 20,
-        ("3.10", "bullseye"): 5,
     }
 
 
@@ -61,7 +59,8 @@ def test_overrides_win_over_derived_specs(lite: list[Instance], tmp_path: Path) 
     sympy = next(i for i in lite if i.repo == "sympy/sympy")
     plan = SpecCatalog([tmp_path]).plan(sympy)
     assert not isinstance(plan.env, DerivedEnvSpec) and plan.env.packages == ("mpmath==1.3.0",)
-    assert isinstance(SpecCatalog().plan(sympy).env, DerivedEnvSpec)
+    django = next(i for i in lite if i.repo == "django/django")
+    assert isinstance(SpecCatalog().plan(django).env, DerivedEnvSpec)
 
 
 def test_unknown_repo_still_names_the_spec_to_write() -> None:
