@@ -8,6 +8,7 @@ exactly (``42``, ``42.0`` and ``84/2`` are the same number).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -19,10 +20,14 @@ from envfarm.errors import ConfigError
 from envfarm.sandbox import Sandbox
 
 from ..core import AgentEnv, Outcome, tool, truncate
+from .calc_program import evaluate
 from .word_problems import Problem, make_problem
 
 CALC_PATH = "/tmp/envfarm_calc.py"
 CALC_SOURCE = (Path(__file__).with_name("calc_program.py")).read_text()
+OPERATOR_SWAP = {"+": "-", "-": "+", "*": "+", "/": "*", "//": "*", "**": "*"}
+"""The operator a mistaken teacher writes for the expression's first operator (see ``mistaken_oracle``)."""
+_FIRST_OPERATOR = re.compile(r"\*\*|//|[-+*/]")
 
 
 @dataclass(frozen=True)
@@ -99,3 +104,25 @@ class ToolCalcEnv(AgentEnv[CalcTask]):
         expr = self.task.problem.expression
         return [f'{{"name": "calc", "arguments": {{"expr": "{expr}"}}}}',
                 f'{{"name": "submit", "arguments": {{"answer": "{self.task.problem.answer}"}}}}']
+
+    def mistaken_oracle(self) -> list[str]:
+        """The reference solution with this env's systematic teacher mistake (an imperfect teacher's demos):
+        on a one-step problem (level 1) the calculator call is skipped and the first number of the problem's
+        expression is submitted; on longer problems the expression's first operator is swapped
+        (``OPERATOR_SWAP``) and the calculator's result of that wrong expression is submitted. Nearly every
+        such answer is wrong (1 in ~3,000 seeds: a swap gives the same number, as 2*2 and 2+2 do), so the
+        env's reward tells these demos from correct ones."""
+        assert self.task is not None
+        problem = self.task.problem
+        if self.task.level == 1:
+            first = re.search(r"\d+", problem.expression)
+            assert first is not None
+            return [f'{{"name": "submit", "arguments": {{"answer": "{first.group()}"}}}}']
+        op = _FIRST_OPERATOR.search(problem.expression)
+        assert op is not None
+        expr = problem.expression[: op.start()] + OPERATOR_SWAP[op.group()] + problem.expression[op.end():]
+        value = evaluate(expr)
+        answer = str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+        return [f'{{"name": "calc", "arguments": {{"expr": "{expr}"}}}}',
+                f'{{"name": "submit", "arguments": {{"answer": "{answer}"}}}}']
+
