@@ -5,7 +5,10 @@
     ├── BackendUnavailable                    docker daemon / bwrap / cgroups missing   -> run `make setup`
     ├── ImageError                            building or finding images
     │   ├── ImageNotFound (LookupError)       -> run `envfarm images build`
-    │   └── ImageBuildError                   a build step failed; the message holds the log tail
+    │   ├── ImageBuildError                   a build step failed; the message holds the log tail
+    │   ├── ImagePullError                    a registry pull failed (no such image, registry down, refused)
+    │   └── ImageMismatch                     a pulled image does not hold the row's repository at its
+    │                                         base commit (`--image-source build` builds it instead)
     ├── SandboxError                          anything inside one sandbox
     │   ├── SandboxStartError                 the sandbox or its agent did not come up
     │   ├── SandboxCrashed                    killed from outside, OOM-killed agent, daemon gone mid-command
@@ -73,6 +76,14 @@ class ImageNotFound(ImageError, LookupError):
 
 class ImageBuildError(ImageError):
     """An image build step failed."""
+
+
+class ImagePullError(ImageError):
+    """Pulling an image from a registry failed; the message names the reference and the registry's answer."""
+
+
+class ImageMismatch(ImageError):
+    """A pulled image is not what the row needs (another repository, another commit, no repository)."""
 
 
 class SandboxError(FarmError):

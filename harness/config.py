@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from envfarm.sandbox.values import IMAGE_BACKEND, TIMEOUTS
 
+from .repos import parse_source
 from .tamper import Policy
+
+
+class ImageSource(StrEnum):
+    """Where instance images come from."""
+
+    BUILD = "build"
+    """Built here from the spec, offline (the default)."""
+    PULL = "pull"
+    """Pulled from a registry: the row's ``image`` (v5 rows name SWE-bench's official image) or
+    ``<registry>/<name>``; checked to hold the row's repository at its base commit before use."""
+    AUTO = "auto"
+    """Pulled when the registry has it and it checks out, built otherwise."""
 
 
 class HarnessConfig(BaseModel):
@@ -21,8 +35,17 @@ class HarnessConfig(BaseModel):
     """Names the run; re-running with the same id resumes (finished instances are not rerun)."""
     report_dir: Path = Path("reports")
     """Where ``<run_id>/<model>/<instance_id>/`` logs and the run summaries are written."""
-    repo_source: Path | None = None
-    """A folder with one git repository per repo: ``owner__name`` or ``owner__name.git``, bare or not."""
+    repo_source: Path | str | None = None
+    """A folder with one git repository per repo (``owner__name`` or ``owner__name.git``, bare or not), or a
+    git URL prefix (``https://github.com/``, ``git://host/``): cloned once into $ENVFARM_HOME/harness/git,
+    then the commits a run needs are fetched."""
+    image_source: ImageSource = ImageSource.BUILD
+    """build (default): build instance images here; pull: pull them from a registry (checked before use);
+    auto: pull, and build where the pull or its check fails."""
+    registry: str | None = None
+    """Registry prefix for pulls (``127.0.0.1:5000`` or ``host/namespace``): pulls ``<registry>/<name>``, with
+    ``<name>`` the row's ``image`` (SWE-bench's ``swebench/sweb.eval.x86_64.<id>:latest`` when it has none);
+    without it, the row's ``image`` as written."""
     specs: tuple[Path, ...] = ()
     """Extra spec files or folders, searched before images/swebench/."""
     max_workers: int = Field(4, ge=1)
@@ -58,6 +81,31 @@ class HarnessConfig(BaseModel):
     rerun_infra: bool = True
     """On resume, run again instances whose last result was an infra error (setup errors, such as a
     missing spec or repository, always run again; model failures and verdicts never do)."""
+
+    @field_validator("repo_source", mode="before")
+    @classmethod
+    def _source(cls, value: object) -> object:
+        return parse_source(value) if isinstance(value, str | Path) else value
+
+    @field_validator("registry")
+    @classmethod
+    def _registry(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        if info.data.get("image_source", ImageSource.BUILD) is ImageSource.BUILD:
+            raise ValueError(
+                f"registry {value} is only read by --image-source pull or auto (images are built here by "
+                "default); add --image-source pull or auto"
+            )
+        value = value.strip().rstrip("/")
+        if "://" in value:
+            value = value.split("://", 1)[1]  # docker names registries without a scheme
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.-]*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*", value):
+            raise ValueError(
+                f"registry {value!r} is not a registry prefix; write host[:port][/namespace], e.g. "
+                "127.0.0.1:5000 or registry.example.com/swebench"
+            )
+        return value
 
     @field_validator("run_id")
     @classmethod

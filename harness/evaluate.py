@@ -155,7 +155,9 @@ class _Runner:
         self.cfg, self.folder, self.catalog = cfg, folder, catalog
         self.progress = progress or (lambda event: None)
         self.backend = backend
-        self.builder = ImageBuilder(cfg.repo_source, cfg.max_workers, cfg.force_rebuild)
+        self.builder = ImageBuilder(
+            cfg.repo_source, cfg.max_workers, cfg.force_rebuild, cfg.image_source, cfg.registry
+        )
         self.run_sem = asyncio.Semaphore(cfg.max_workers)
         self.images_used: set[str] = set()
         self.baselines = Baselines()

@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 import requests
 from docker.errors import APIError, DockerException
 
-from envfarm.errors import ConfigError, ImageBuildError, ImageError
+from envfarm.errors import ConfigError, ImageBuildError, ImageError, ImageMismatch, ImagePullError
 from envfarm.sandbox import dockerutil, imagebuild, images, rootfs
 from envfarm.sandbox.recipes import (
     BUILDER_VERSION,
@@ -47,6 +47,7 @@ from envfarm.sandbox.recipes import (
 )
 
 from . import repos
+from .config import ImageSource
 from .specs import EnvSpec, Plan
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,8 @@ KIND_LABEL = "envfarm.harness"
 PRISTINE = "/opt/envfarm/testbed"
 WORKDIR = "/workspace/testbed"
 WHEELHOUSE = "/opt/envfarm/wheelhouse"
+ENV_SH = "/opt/envfarm/env.sh"
+"""Sourced before the tests when an image has it (pulled SWE-bench images: their conda env on PATH)."""
 T = TypeVar("T")
 
 ENV_DOCKERFILE = """\
@@ -205,7 +208,7 @@ def build_env(env: EnvSpec, force: bool = False) -> tuple[BuiltImage, str]:
 
 
 def build_instance(
-    plan: Plan, env_image: BuiltImage, repo_source: Path | None, force: bool = False
+    plan: Plan, env_image: BuiltImage, repo_source: repos.RepoSource, force: bool = False
 ) -> BuiltImage:
     """Build (or find) the instance image of ``plan`` on top of ``env_image``. Blocking."""
     start = time.monotonic()
@@ -215,7 +218,7 @@ def build_instance(
     if not force and (found := dockerutil.get_image(tag)) is not None:
         size = int((found.labels or {}).get("envfarm.harness.repo_bytes", "0"))
         return BuiltImage(tag, digest, False, time.monotonic() - start, size)
-    src = repos.find_repo(repo_source, inst.repo)
+    src = repos.locate(repo_source, inst.repo, inst.base_commit)
     with tempfile.TemporaryDirectory(prefix="envfarm-inst-") as tmp:
         folder = Path(tmp) / "recipe"
         folder.mkdir()
@@ -241,14 +244,24 @@ def build_instance(
 
 
 class ImageBuilder:
-    """Builds the images a run needs, each once, at most ``max_workers`` docker builds at a time.
+    """Builds (or pulls) the images a run needs, each once, at most ``max_workers`` docker builds at a time.
 
-    A failed build is tried at most twice per image (the harness retries infra failures once); later
-    requests for it raise the last error at once."""
+    A failed build or pull is tried at most twice per image (the harness retries infra failures once);
+    later requests for it raise the last error at once. ``image_source`` pull takes instance images from a
+    registry (pull.py: checked before use); auto pulls and builds where the pull or its check fails."""
 
-    def __init__(self, repo_source: Path | None, max_workers: int = 4, force: bool = False) -> None:
+    def __init__(
+        self,
+        repo_source: repos.RepoSource,
+        max_workers: int = 4,
+        force: bool = False,
+        image_source: ImageSource = ImageSource.BUILD,
+        registry: str | None = None,
+    ) -> None:
         self.repo_source = repo_source
         self.force = force
+        self.image_source = ImageSource(image_source)
+        self.registry = registry
         self._sem = asyncio.Semaphore(max(1, max_workers))
         self._locks: dict[str, asyncio.Lock] = {}
         self._done: dict[str, Any] = {}
@@ -261,10 +274,27 @@ class ImageBuilder:
         return await self._once(key, lambda: self._threaded(lambda: build_env(env, self.force)[0], env))
 
     async def instance(self, plan: Plan) -> BuiltImage:
+        if self.image_source is not ImageSource.BUILD:
+            try:
+                return await self.pulled(plan)
+            except (ImagePullError, ImageMismatch) as e:
+                if self.image_source is ImageSource.PULL:
+                    raise
+                log.warning("%s: %s; building it instead (--image-source auto)", plan.instance.instance_id, e)
         env_image = await self.env(plan.env)
         key = f"instance:{plan.instance.instance_id}"
         build = lambda: build_instance(plan, env_image, self.repo_source, self.force)  # noqa: E731
         return await self._once(key, lambda: self._threaded(build, plan.env))
+
+    async def pulled(self, plan: Plan) -> BuiltImage:
+        """The instance image of ``plan`` from the registry (pull.py), pulled and checked once."""
+        from .pull import pull_instance  # pull.py builds on this module
+
+        async def pull() -> BuiltImage:
+            async with self._sem:
+                return await asyncio.to_thread(pull_instance, plan, self.registry, self.repo_source)
+
+        return await self._once(f"pull:{plan.instance.instance_id}", pull)
 
     async def _threaded(self, fn: Callable[[], T], env: EnvSpec) -> T:
         suite = base_of(env).suite

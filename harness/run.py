@@ -34,7 +34,7 @@ from envfarm.sandbox import Backend, ExecResult, Limits, Sandbox
 
 from . import _swebench, canary, patches, tamper
 from .canary import Canary
-from .images import PRISTINE, WORKDIR, quote_env
+from .images import ENV_SH, PRISTINE, WORKDIR, quote_env
 from .specs import Plan
 from .tamper import Finding, Policy
 
@@ -367,10 +367,12 @@ async def _apply_test_patch(sb: Sandbox, plan: Plan, steps: _Steps) -> bool:
 
 
 def eval_script(plan: Plan) -> str:
-    """The script run in the sandbox; its stdout+stderr are the test output."""
+    """The script run in the sandbox; its stdout+stderr are the test output (an image's env.sh, pulled
+    images' conda PATH, is sourced first)."""
     pre = "\n".join(plan.env.pre_test)
     return (
-        f"#!/bin/bash\n# envfarm eval script: {plan.instance.instance_id}\nset -uo pipefail\ncd /testbed\n"
+        f"#!/bin/bash\n# envfarm eval script: {plan.instance.instance_id}\nset -uo pipefail\n"
+        f"if [ -f {ENV_SH} ]; then . {ENV_SH}; fi\ncd /testbed\n"
         f"{quote_env(plan.env_vars)}{pre}\n{plan.test_command}\n"
     )
 

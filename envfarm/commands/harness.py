@@ -42,7 +42,29 @@ SpecsOpt = Annotated[
 ]
 RunIdOpt = Annotated[str, typer.Option("--run-id", help="Run id; the same id resumes a run.")]
 RepoSourceOpt = Annotated[
-    Path | None, typer.Option("--repo-source", help="Folder of git repos named owner__name(.git).")
+    str | None,
+    typer.Option(
+        "--repo-source",
+        help="Folder of git repos named owner__name(.git), or a git URL prefix (https://github.com/, "
+        "git://HOST/): cloned once into $ENVFARM_HOME/harness/git, then the commits fetched.",
+    ),
+]
+ImageSourceOpt = Annotated[
+    str,
+    typer.Option(
+        "--image-source",
+        help="build: build instance images here (offline); pull: pull each row's image (its `image` field, "
+        "SWE-bench's official name by default) and check it holds the row's repo at its base commit; "
+        "auto: pull, build where the pull or the check fails.",
+    ),
+]
+RegistryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--registry",
+        help="Registry prefix for --image-source pull|auto (HOST:PORT, HOST/NAMESPACE): pulls "
+        "PREFIX/<the row's image name> instead of Docker Hub.",
+    ),
 ]
 ReportDirOpt = Annotated[Path, typer.Option("--report-dir", help="Where reports go.")]
 WorkersOpt = Annotated[int, typer.Option("--max-workers", min=1, help="Parallel builds and runs.")]
@@ -80,6 +102,8 @@ def run(
     output_cap_mb: Annotated[
         int, typer.Option("--output-cap-mb", min=1, help="MiB of test output kept per instance.")
     ] = 32,
+    image_source: ImageSourceOpt = "build",
+    registry: RegistryOpt = None,
 ) -> None:
     """Build images, apply each prediction, run and grade its tests; write reports and the run summary."""
     from envfarm.harness import HarnessConfig, Policy, evaluate, load_instances, load_predictions
@@ -93,6 +117,7 @@ def run(
     options = {"run_id": run_id, "report_dir": report_dir, "repo_source": repo_source}
     options |= {"specs": tuple(specs or ()), "max_workers": max_workers, "timeout_s": timeout}
     options |= {"canaries": canaries, "output_cap_mb": output_cap_mb}
+    options |= {"image_source": image_source, "registry": registry}
     config = _valid(HarnessConfig, **options, tamper=policy, force_rebuild=force_rebuild)
     preds = load_predictions(predictions, rows)
     _check_specs([r for r in rows if r.instance_id in preds and not preds[r.instance_id].is_empty], specs)
@@ -121,6 +146,8 @@ def validate_cmd(
     specs: SpecsOpt = None,
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Gold runs per row (flake rate).")] = 1,
     split: SplitOpt = "test",
+    image_source: ImageSourceOpt = "build",
+    registry: RegistryOpt = None,
 ) -> None:
     """Check rows run here: gold must resolve (every --repeat run), the unfixed code must not; write
     validate.json and validate.md with a reason for every row that does not validate."""
@@ -131,6 +158,7 @@ def validate_cmd(
     repo_source, specs = _sources(rows, repo_source, specs)
     options = {"run_id": run_id, "report_dir": report_dir, "repo_source": repo_source}
     options |= {"specs": tuple(specs or ()), "max_workers": max_workers, "timeout_s": timeout}
+    options |= {"image_source": image_source, "registry": registry}
     config = _valid(HarnessConfig, **options)
     with _progress() as bar:
         task = bar.add_task("validating", total=len(rows) * (repeat + 1))
@@ -152,13 +180,20 @@ def validate_cmd(
 
 
 def _sources(
-    rows: list[Instance], repo_source: Path | None, specs: list[Path] | None
-) -> tuple[Path | None, list[Path] | None]:
-    """--repo-source checked; without it, mined rows rebuild their own repos and specs."""
-    if repo_source is not None and not repo_source.is_dir():
+    rows: list[Instance], given: str | None, specs: list[Path] | None
+) -> tuple[Path | str | None, list[Path] | None]:
+    """--repo-source checked (a folder, or a git URL prefix); without it, mined rows rebuild their own repos
+    and specs."""
+    from envfarm.harness.repos import parse_source
+
+    try:
+        repo_source = parse_source(given)
+    except ConfigError as e:
+        raise ConfigError(f"--repo-source {e}") from None
+    if isinstance(repo_source, Path) and not repo_source.is_dir():
         raise ConfigError(
             f"--repo-source {repo_source} is not a folder; pass the folder holding the owner__name(.git) "
-            "repositories"
+            "repositories, or a git URL prefix (https://github.com/, git://HOST/)"
         )
     if repo_source is None:
         return _mined_sources(rows, specs)
