@@ -23,15 +23,16 @@ from pathlib import Path
 
 from envfarm.errors import BackendUnavailable, ImageError, SandboxError, TaskFactoryError, tail
 from envfarm.harness import SpecCatalog
-from envfarm.harness.images import build_env
+from envfarm.harness.images import BuiltImage, build_env
 from envfarm.sandbox import Backend
 from envfarm.sandbox.recipes import load_base_recipe
 
 from . import deps
-from .recipe import RECIPES_FILE, Recipe, load_recipe
+from .discover import Layout, find_layout
+from .recipe import RECIPES_FILE, Recipe, load_recipe, read_recipes
 from .repo import EnvRecipe, Project, make_project, write_spec
 from .runner import TestSession
-from .sdist import Layout, PackageSpec, download, find_layout, unpack
+from .sdist import PackageSpec, Sdist, download, unpack
 from .state import WorkFolder
 
 log = logging.getLogger(__name__)
@@ -64,30 +65,53 @@ class Prepared:
         return max(self.recipe.min_timeout_s, 4.0 * self.baseline_s)
 
 
-def test_command(recipe: Recipe) -> str:
-    args = [*recipe.pytest_args, *(f"--ignore={p}" for p in recipe.ignore)]
+def test_command(recipe: Recipe, layout: Layout | None = None) -> str:
+    """pytest with the project's own addopts dropped but its plugins (``-p``) and import mode kept."""
+    kept = layout.config.kept_addopts if layout is not None else ()
+    args = [*kept, *recipe.pytest_args, *(f"--ignore={p}" for p in recipe.ignore)]
     return " ".join([PYTEST, *map(shlex.quote, args)])
+
+
+@dataclass(frozen=True)
+class Inferred:
+    """What the factory reads from an sdist before any sandbox runs (``envfarm tasks recipes --check``)."""
+
+    spec: PackageSpec
+    sdist: Sdist
+    files: Mapping[str, bytes]
+    recipe: Recipe
+    layout: Layout
+    dependencies: tuple[deps.Dependency, ...]
+    test_cmd: str
+    overrides: tuple[str, ...]
+    """Recipe keys set for this project in the recipe file (empty: everything was inferred)."""
+
+    def env_recipe(self, infer: bool = True) -> EnvRecipe:
+        chosen = (d.requirement for d in self.dependencies if infer or not d.inferred)
+        packages = sorted(chosen, key=str.lower)
+        return EnvRecipe(tuple(packages), self.test_cmd, self.layout.pythonpath, HARNESS_TIMEOUT_S)
+
+
+def infer(spec: PackageSpec, sdists: Path, find_links: Sequence[Path] = (),
+          recipes_file: Path = RECIPES_FILE) -> Inferred:
+    """Download and read the sdist: layout, test dependencies, test command. Blocking (pip, tar)."""
+    recipe = load_recipe(spec.name, recipes_file)
+    sd = download(spec, sdists, find_links)
+    files = unpack(sd)
+    layout = find_layout(files, recipe, spec)
+    found = deps.dependencies(files, recipe, load_base_recipe().python, layout)
+    own = read_recipes(recipes_file).packages.get(spec.name)
+    overrides = tuple(k for k, v in own.model_dump().items() if v is not None) if own else ()
+    return Inferred(spec, sd, files, recipe, layout, tuple(found), test_command(recipe, layout), overrides)
 
 
 async def prepare(spec: PackageSpec, work: WorkFolder, backend: Backend, find_links: Sequence[Path] = (),
                   recipes_file: Path = RECIPES_FILE) -> Prepared:
     """Download, inspect, build the env image and run the baseline (cached in the work folder)."""
-    recipe = load_recipe(spec.name, recipes_file)
-    sd = await asyncio.to_thread(download, spec, work.sdists, find_links)
-    files = await asyncio.to_thread(unpack, sd)
-    layout = find_layout(files, recipe, spec)
-    python = load_base_recipe().python
-    env_recipe = EnvRecipe(deps.test_requirements(files, recipe, python), test_command(recipe),
-                           layout.pythonpath, HARNESS_TIMEOUT_S)
-    project = make_project(spec, sd.path.name, sd.sha256, files, env_recipe)
-    await asyncio.to_thread(write_spec, project, work.specs)
-    env_spec = SpecCatalog([work.specs]).env(project.repo, spec.version)
-    try:
-        built, _ = await asyncio.to_thread(build_env, env_spec)
-    except (ImageError, BackendUnavailable) as e:
-        raise TaskFactoryError(f"{spec}: the test environment did not build ({type(e).__name__}: {e}); "
-                               f"its packages are {list(env_recipe.packages)}: fix them with packages/drop "
-                               f'under [packages."{spec.name}"] in the recipe file') from e
+    found = await asyncio.to_thread(infer, spec, work.sdists, find_links, recipes_file)
+    recipe, layout, sd = found.recipe, found.layout, found.sdist
+    project, built = await _environment(found, work)
+    env_recipe = project.env
     env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": layout.pythonpath}
     stamp = hashlib.sha256("\0".join([sd.sha256, built.tag, env_recipe.test_cmd, *layout.test_paths])
                            .encode()).hexdigest()[:16]
@@ -111,6 +135,30 @@ async def prepare(spec: PackageSpec, work: WorkFolder, backend: Backend, find_li
                                f"{tail(cached.get('log_tail', ''))}\nfix: add the missing test dependencies "
                                f'(packages = [...] under [packages."{spec.name}"] in the recipe file)')
     return Prepared(project, recipe, layout, built.tag, passing, float(cached["duration_s"]), stamp, env)
+
+
+async def _environment(found: Inferred, work: WorkFolder) -> tuple[Project, BuiltImage]:
+    """The project and its built env image; when inferred dependencies break the build (a module name
+    that is no PyPI project), once more with the declared ones only."""
+    spec = found.spec
+    tries = [True, False] if any(d.inferred for d in found.dependencies) else [False]
+    for infer_deps in tries:
+        env_recipe = found.env_recipe(infer_deps)
+        project = make_project(spec, found.sdist.path.name, found.sdist.sha256, found.files, env_recipe)
+        await asyncio.to_thread(write_spec, project, work.specs)
+        env_spec = SpecCatalog([work.specs]).env(project.repo, spec.version)
+        try:
+            built, _ = await asyncio.to_thread(build_env, env_spec)
+            return project, built
+        except (ImageError, BackendUnavailable) as e:
+            if infer_deps and isinstance(e, ImageError):
+                log.warning("%s: the env with inferred dependencies did not build (%s); trying without them",
+                            spec, tail(str(e), 3))
+                continue
+            raise TaskFactoryError(f"{spec}: the test environment did not build ({type(e).__name__}: {e}); "
+                                   f"its packages are {list(env_recipe.packages)}: fix them with "
+                                   f'packages/drop under [packages."{spec.name}"] in the recipe file') from e
+    raise AssertionError("unreachable")
 
 
 async def _baseline(project: Project, layout: Layout, image: str, backend: Backend,

@@ -1,9 +1,8 @@
-"""Source distributions: parse ``NAME==VERSION``, download the sdist with pip on the host, unpack, inspect.
+"""Source distributions: parse ``NAME==VERSION``, download the sdist with pip on the host, unpack.
 
     spec = parse_spec("cachetools==5.3.3")
     sd = download(spec, cache / "sdists")                 # pip download --no-binary :all: --no-deps
     tree = unpack(sd, cache / "src")                      # the sdist's files (top folder stripped)
-    layout = find_layout(tree, recipe)                    # source files to mutate, test paths, src/ or not
 
 Downloads are cached by file name and checked against their sha256 when a row names one. Functions here
 block (pip, tar); call them through ``asyncio.to_thread`` from async code.
@@ -11,7 +10,6 @@ block (pip, tar); call them through ``asyncio.to_thread`` from async code.
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import logging
 import os
@@ -28,15 +26,13 @@ from pathlib import Path
 
 from envfarm.errors import ConfigError, PackageNotFound, TaskFactoryError, tail
 
-from .recipe import Recipe, normalize
+from .recipe import normalize
 
 log = logging.getLogger(__name__)
 
 _SPEC = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([A-Za-z0-9][A-Za-z0-9.+!_-]*)\s*$")
 SDIST_SUFFIXES = (".tar.gz", ".tgz", ".zip", ".tar.bz2")
 SKIPPED_PARTS = ("__pycache__", ".pytest_cache", ".git", ".tox", ".nox", ".mypy_cache")
-NOT_SOURCE = {"setup.py", "conftest.py", "noxfile.py", "fabfile.py", "tasks.py", "docs", "tests", "test",
-              "examples", "benchmarks", "bench", "tools", "scripts", "typing-examples", "changelog.d"}
 PIP_TIMEOUT_S = 600
 
 
@@ -58,18 +54,6 @@ class Sdist:
     spec: PackageSpec
     path: Path
     sha256: str
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Where the code and the tests of an unpacked sdist are."""
-
-    source_files: tuple[str, ...]
-    """Repository paths of the Python files that may be mutated (sorted)."""
-    test_paths: tuple[str, ...]
-    """Test folders/files handed to pytest."""
-    pythonpath: str
-    """``src`` for a src layout, else ``.``."""
 
 
 def parse_spec(text: str) -> PackageSpec:
@@ -158,44 +142,3 @@ def write_tree(files: Mapping[str, bytes], dest: Path) -> Path:
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         (dest / rel).write_bytes(data)
     return dest
-
-
-def find_layout(files: Mapping[str, bytes], recipe: Recipe, spec: PackageSpec) -> Layout:
-    """The source files to mutate and the test paths; TaskFactoryError when the sdist ships no tests."""
-    src = any(p.startswith("src/") and p.endswith(".py") for p in files)
-    prefix = "src/" if src else ""
-    roots = recipe.source or _import_roots(files, prefix)
-    sources = tuple(p for p in files if p.endswith(".py") and any(_under(p, r) for r in roots)
-                    and not any(fnmatch.fnmatchcase(p, g) for g in recipe.skip_source)
-                    and not re.search(r"(^|/)(tests?|testing)(/|$)|(^|/)test_[^/]*\.py$", p))
-    tests = recipe.tests or tuple(t for t in ("tests", "test", "testing") if any(
-        p.startswith(f"{t}/") for p in files))
-    if not tests:
-        tests = tuple(p for p in files if "/" not in p and re.fullmatch(r"test_\w+\.py|\w+_tests?\.py", p))
-    if not tests:
-        raise TaskFactoryError(f"{spec}: the sdist ships no tests (no tests/ or test/ folder, no test_*.py); "
-                               "the factory needs the project's test suite: pick another package or set "
-                               f'tests = [...] under [packages."{spec.name}"] in the recipe file')
-    if not sources:
-        raise TaskFactoryError(f"{spec}: no Python package found in the sdist to mutate; set source = [...] "
-                               f'under [packages."{spec.name}"] in the recipe file')
-    return Layout(tuple(sorted(sources)), tests, "src" if src else ".")
-
-
-def _import_roots(files: Mapping[str, bytes], prefix: str) -> tuple[str, ...]:
-    """Top-level modules and packages (folders with ``__init__.py``) under ``prefix``."""
-    roots = set()
-    for path in files:
-        if not path.startswith(prefix) or not path.endswith(".py"):
-            continue
-        rest = path[len(prefix):].split("/")
-        top = rest[0]
-        if top in NOT_SOURCE or top.startswith((".", "_", "test")) or "-" in top:
-            continue
-        if len(rest) == 1 or f"{prefix}{top}/__init__.py" in files:
-            roots.add(prefix + top)
-    return tuple(sorted(roots))
-
-
-def _under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from envfarm.envs.code_repair.factory import deps, sdist, statement
+from envfarm.envs.code_repair.factory import deps, discover, sdist, statement
 from envfarm.envs.code_repair.factory.recipe import load_recipe
 from envfarm.errors import ConfigError, PackageNotFound, TaskFactoryError
 
@@ -32,7 +32,7 @@ def test_download_unpack_layout_from_a_local_index(tmp_path: Path) -> None:
     assert again == sd
     files = sdist.unpack(sd)
     assert set(FILES) <= set(files) and "PKG-INFO" in files
-    layout = sdist.find_layout(files, load_recipe(NAME), spec)
+    layout = discover.find_layout(files, load_recipe(NAME), spec)
     assert layout.source_files == ("tinycalc/__init__.py", "tinycalc/clamp.py", "tinycalc/stats.py")
     assert layout.test_paths == ("tests",) and layout.pythonpath == "."
 
@@ -47,13 +47,13 @@ def test_sdist_without_tests_is_refused() -> None:
     files = {k: v.encode() for k, v in FILES.items() if not k.startswith("tests/")}
     spec = sdist.parse_spec(f"{NAME}=={VERSION}")
     with pytest.raises(TaskFactoryError, match="ships no tests"):
-        sdist.find_layout(files, load_recipe(NAME), spec)
+        discover.find_layout(files, load_recipe(NAME), spec)
 
 
 def test_src_layout_and_recipe_skip() -> None:
-    files = {"src/pkg/__init__.py": b"", "src/pkg/core.py": b"x = 1\n", "tests/test_core.py": b"",
-             "setup.py": b"", "docs/conf.py": b""}
-    layout = sdist.find_layout(files, load_recipe("whatever"), sdist.parse_spec("whatever==1"))
+    files = {"src/pkg/__init__.py": b"", "src/pkg/core.py": b"x = 1\n", "setup.py": b"", "docs/conf.py": b"",
+             "tests/test_core.py": b"def test_x():\n    pass\n"}
+    layout = discover.find_layout(files, load_recipe("whatever"), sdist.parse_spec("whatever==1"))
     assert layout.source_files == ("src/pkg/__init__.py", "src/pkg/core.py") and layout.pythonpath == "src"
 
 
