@@ -15,6 +15,7 @@ order. Resumable: outcomes are appended to ``<out>.work/`` as they finish and re
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import time
@@ -30,7 +31,7 @@ from envfarm.sandbox import Backend, get_backend
 from envfarm.sandbox.values import IMAGE_BACKEND
 
 from . import repo as repo_mod
-from .mutate import Mutation, mutations
+from .mutate import Mutation, combine, mutations
 from .prepare import Prepared, prepare, test_files_for
 from .recipe import RECIPES_FILE
 from .runner import TestRun, TestSession
@@ -57,7 +58,9 @@ class MineConfig(BaseModel):
     max_tasks: int = Field(50, ge=1)
     """Validated tasks to emit per package (fewer when its mutants run out)."""
     max_mutants: int | None = Field(None, ge=1)
-    """Mutants tried per package at most (default: 10 x max_tasks)."""
+    """Single-edit mutants tried per package at most (default: 10 x max_tasks x mutations)."""
+    mutations: int = Field(1, ge=1, le=5)
+    """Edits per task: K > 1 combines K kept single-edit mutants of one file into one task (harder)."""
     seed: int = 0
     """Orders the mutation sites; the same seed gives the same rows."""
     backend: str = IMAGE_BACKEND
@@ -103,6 +106,11 @@ class PackageReport:
     prepare_s: float
     mine_s: float
     verdicts: dict[str, int] = field(default_factory=dict)
+    origin: str = ""
+    """How the test paths were found (``discover.Layout.origin``)."""
+    in_package: bool = False
+    """The tests ship inside the package (``pkg/tests/``)."""
+    test_files: int = 0
 
 
 @dataclass(frozen=True)
@@ -237,7 +245,7 @@ class _Miner:
         self.prepared, self.config, self.work, self.backend, self.emit = prepared, config, work, backend, emit
         p = prepared.project
         found = [m for f in prepared.layout.source_files for m in mutations(f, p.files[f])]
-        limit = config.max_mutants or 10 * config.max_tasks
+        limit = config.max_mutants or 10 * config.max_tasks * config.mutations
         self.total_candidates = len(found)
         self.candidates = order(found, config.seed, p.spec.name)[:limit]
         self.outcomes = work.read_outcomes(p.key, prepared.stamp)
@@ -255,9 +263,22 @@ class _Miner:
         return cls(prepared, config, work, backend, emit, time.monotonic() - t0)
 
     def kept(self) -> list[Mutation]:
-        """Kept mutants in candidate order, over the prefix of candidates that all have outcomes."""
+        """The mutants that become tasks: kept singles, or with ``mutations`` K > 1 kept K-edit combinations,
+        in candidate order over the prefix that has outcomes; equivalent tasks (one file, the same problem
+        statement: the same failing tests failing the same way) once."""
+        chosen = self._kept_prefix(self.candidates if self.config.mutations == 1 else self.combos())
+        seen: set[tuple[str, str]] = set()
         out = []
-        for m in self.candidates:
+        for m in chosen:
+            key = (m.file, self.outcomes[m.id].problem_statement)
+            if key not in seen:
+                seen.add(key)
+                out.append(m)
+        return out
+
+    def _kept_prefix(self, candidates: Sequence[Mutation]) -> list[Mutation]:
+        out = []
+        for m in candidates:
             o = self.outcomes.get(m.id)
             if o is None:
                 break
@@ -265,26 +286,62 @@ class _Miner:
                 out.append(m)
         return out
 
+    def combos(self) -> list[Mutation]:
+        """K-edit mutants of one file from kept singles, in the order their last edit was kept (so the list
+        only grows as more singles are kept); edits on distinct lines, spans apart."""
+        k, files = self.config.mutations, self.prepared.project.files
+        pending: dict[str, list[Mutation]] = {}
+        out = []
+        for m in self._kept_prefix(self.candidates):
+            group = pending.setdefault(m.file, [])
+            if any(g.line == m.line or (g.start < m.end and m.start < g.end) for g in group):
+                continue
+            group.append(m)
+            if len(group) == k:
+                out.append(combine(group, files[m.file]))
+                pending[m.file] = []
+        return out
+
     def can_continue(self) -> bool:
-        return any(m.id not in self.outcomes for m in self.candidates)
+        return any(m.id not in self.outcomes for m in (*self.candidates, *self.combos()))
 
     async def mine_until(self, target: int) -> None:
-        """Try mutants in order until ``target`` are kept (over a finished prefix) or none are left."""
+        """Try mutants in order until ``target`` tasks are kept (over a finished prefix) or none are left."""
         name = self.prepared.project.spec.name
         self.emit(Progress("mutants", name, len(self.outcomes), len(self.candidates), len(self.kept())))
-        if len(self.kept()) >= target or not self.can_continue():
-            return
         t0 = time.monotonic()
-        queue = [m for m in self.candidates if m.id not in self.outcomes]
+        try:
+            if self.config.mutations == 1:
+                await self._run(self.candidates, lambda: len(self.kept()) >= target)
+                return
+            while len(self.kept()) < target:
+                combos = self.combos()
+                if any(c.id not in self.outcomes for c in combos):
+                    await self._run(combos, lambda: len(self.kept()) >= target)
+                elif any(m.id not in self.outcomes for m in self.candidates):
+                    await self._run(self.candidates, functools.partial(self._combos_beyond, len(combos)))
+                else:
+                    return
+        finally:
+            self.mine_s += time.monotonic() - t0
+
+    def _combos_beyond(self, count: int) -> bool:
+        return len(self.combos()) > count
+
+    async def _run(self, candidates: Sequence[Mutation], done: Callable[[], bool]) -> None:
+        """Test the candidates without an outcome, in order, in ``jobs`` sandboxes, until ``done()``."""
+        queue = [m for m in candidates if m.id not in self.outcomes]
+        if done() or not queue:
+            return
         lock = asyncio.Lock()
-        p = self.prepared
+        p, name = self.prepared, self.prepared.project.spec.name
 
         async def worker() -> None:
             for attempt in range(1, SESSION_TRIES + 1):
                 try:
                     async with TestSession.open(self.backend, p.image, p.project.files,
                                                 p.project.env.test_cmd, p.env) as session:
-                        await self._drain(session, queue, lock, target)
+                        await self._drain(session, queue, lock, done)
                     return
                 except SandboxError as e:  # a sandbox that died: its mutant goes back, a new sandbox
                     if attempt == SESSION_TRIES:
@@ -294,14 +351,13 @@ class _Miner:
         async with asyncio.TaskGroup() as tg:
             for _ in range(min(self.config.jobs, len(queue))):
                 tg.create_task(worker())
-        self.mine_s += time.monotonic() - t0
 
     async def _drain(self, session: TestSession, queue: list[Mutation], lock: asyncio.Lock,
-                     target: int) -> None:
+                     done: Callable[[], bool]) -> None:
         p, name = self.prepared, self.prepared.project.spec.name
         while True:
             async with lock:
-                if not queue or len(self.kept()) >= target:
+                if not queue or done():
                     return
                 m = queue.pop(0)
             try:
@@ -353,7 +409,8 @@ class _Miner:
         return PackageReport(str(p.project.spec), self.total_candidates, len(self.outcomes), self.ran,
                              len(self.kept()), self.valid_count(verdicts), emitted, len(p.passing),
                              round(p.baseline_s, 2), round(self.prepare_s, 1), round(self.mine_s, 1),
-                             dict(sorted(counts.items())))
+                             dict(sorted(counts.items())), p.layout.origin, p.layout.in_package,
+                             len(p.layout.test_files))
 
 
 def judge(m: Mutation, run: TestRun, files: Sequence[str], p: Prepared) -> Outcome:

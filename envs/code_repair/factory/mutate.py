@@ -4,11 +4,17 @@
     buggy = sites[0].apply(source_bytes)             # the file with that one change
 
 Operators (``Mutation.kind``): ``compare`` (``<`` <-> ``<=``, ``==`` <-> ``!=``, ``in`` <-> ``not in``, ``is``
-<-> ``is not``), ``boolop`` (``and`` <-> ``or``), ``binop`` (``+`` <-> ``-``), ``off_by_one`` (a range()
-bound or slice bound +-1), ``constant`` (an int +1, ``True`` <-> ``False``), ``negate`` (an if/while
-condition inverted), ``drop`` (a statement removed), ``swap_args`` (the first two positional arguments
-swapped), ``no_return`` (``return x`` -> ``x``). Each edit replaces one byte range of the file, so the fix is
-the reverse of that edit and the diff is a few lines. Mutants that do not compile are not offered.
+<-> ``is not``), ``boolop`` (``and`` <-> ``or``), ``binop`` (``+`` <-> ``-``), ``operator`` (a wrong
+operator: ``*`` <-> ``/``, ``//`` <-> ``/``, ``%`` -> ``//``, ``&`` <-> ``|``, ``<<`` <-> ``>>``, ``+=`` <->
+``-=``, ``min`` <-> ``max``), ``off_by_one`` (a range() bound or slice bound +-1), ``constant`` (an int +1,
+``True`` <-> ``False``), ``default`` (a wrong parameter default), ``negate`` (an if/while condition
+inverted), ``drop_condition`` (one operand of an ``and``/``or`` test left out, or a guard clause
+``if c: return``/``raise``/``continue`` removed), ``drop`` (a statement removed), ``removed_call`` (a call
+statement removed, ``f(x)`` -> ``x``, ``s.strip()`` -> ``s``), ``swap_args`` (the first two positional
+arguments swapped), ``no_return`` (``return x`` -> ``x``). Each edit replaces one byte range of the file, so
+the fix is the reverse of that edit and the diff is a few lines. Mutants that do not compile, and mutants
+whose module is the same syntax tree as another's or the original's (``not (x)`` vs ``not x``), are not
+offered. ``combine`` joins several edits of one file into one (``--mutations K``: harder tasks).
 """
 
 from __future__ import annotations
@@ -16,8 +22,9 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from itertools import pairwise
 
 COMPARE_SWAPS = {"<": "<=", "<=": "<", ">": ">=", ">=": ">", "==": "!=", "!=": "==",
                  "is not": "is", "not in": "in", "is": "is not", "in": "not in"}
@@ -25,6 +32,17 @@ _COMPARE_OPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: 
                 ast.Is: "is", ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in"}
 _SIMPLE = (ast.Name, ast.Attribute, ast.Constant, ast.Call, ast.Subscript)
 _DROPPABLE = (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign)
+OPERATOR_SWAPS = {"*": "/", "/": "*", "//": "/", "%": "//", "&": "|", "|": "&", "<<": ">>", ">>": "<<"}
+_BINOPS = {ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%", ast.BitAnd: "&", ast.BitOr: "|",
+           ast.LShift: "<<", ast.RShift: ">>"}
+_AUG = {ast.Add: ("+=", "-="), ast.Sub: ("-=", "+="), ast.Mult: ("*=", "/="), ast.BitOr: ("|=", "&=")}
+_GUARD_BODY = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+_NOT_UNWRAPPED = {"isinstance", "issubclass", "getattr", "setattr", "hasattr", "super", "range", "len",
+                  "print", "type", "id", "iter", "next", "open", "repr", "callable", "vars", "dir", "object",
+                  "Exception", "ValueError", "TypeError", "KeyError", "RuntimeError", "NotImplementedError",
+                  "cast"}
+"""Calls never unwrapped (``len(x)`` -> ``x`` only crashes; an exception class is not a transformation)."""
+_NORMALIZERS = {"strip", "lstrip", "rstrip", "lower", "upper", "casefold", "copy", "title"}
 
 
 @dataclass(frozen=True)
@@ -74,31 +92,71 @@ class _Source:
 
 
 def mutations(file: str, data: bytes) -> list[Mutation]:
-    """Every mutation of ``file`` that compiles, in source order (deduplicated)."""
+    """Every mutation of ``file`` that compiles and makes a new syntax tree, in source order."""
     try:
         tree = ast.parse(data)
     except (SyntaxError, ValueError):
         return []
     src = _Source(data)
     skip = _skipped_lines(tree, data)
+    annotations = _annotation_nodes(tree)
+    statement_calls = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}  # f(x) -> x: a no-op
     seen: set[tuple[int, int, str]] = set()
     out = []
     for node in ast.walk(tree):
+        if id(node) in annotations:
+            continue
         for m in _node_mutations(file, node, src):
-            if m.line in skip or (m.start, m.end, m.text) in seen:
+            if m.line in skip or (m.start, m.end, m.text) in seen or (
+                    m.kind == "removed_call" and m.text and id(node) in statement_calls):
                 continue
             seen.add((m.start, m.end, m.text))
             out.append(m)
     out.sort(key=lambda m: (m.start, m.end, m.kind, m.text))
-    return [m for m in out if _compiles(m.apply(data))]
+    trees = {_tree_key(data)}
+    kept = []
+    for m in out:
+        key = _tree_key(m.apply(data))
+        if key is not None and key not in trees:  # compiles, and no other mutant (nor the original) is it
+            trees.add(key)
+            kept.append(m)
+    return kept
 
 
-def _compiles(data: bytes) -> bool:
+def combine(edits: Sequence[Mutation], source: bytes) -> Mutation:
+    """One mutation of ``source`` making every edit of ``edits`` (one file, non-overlapping spans)."""
+    ordered = sorted(edits, key=lambda m: m.start)
+    if len({m.file for m in ordered}) != 1 or any(a.end > b.start for a, b in pairwise(ordered)):
+        raise ValueError("combine takes non-overlapping edits of one file")
+    start, end = ordered[0].start, max(m.end for m in ordered)
+    segment = source[start:end]
+    for m in reversed(ordered):
+        segment = segment[: m.start - start] + m.text.encode() + segment[m.end - start:]
+    return Mutation(ordered[0].file, "+".join(m.kind for m in ordered), start, end, segment.decode("utf-8"),
+                    ordered[0].line)
+
+
+def _tree_key(data: bytes) -> str | None:
+    """A digest of the module's syntax tree; None when it does not compile."""
     try:
-        compile(data, "<mutant>", "exec", dont_inherit=True)
+        tree = ast.parse(data)
+        compile(tree, "<mutant>", "exec", dont_inherit=True)
     except (SyntaxError, ValueError):
-        return False
-    return True
+        return None
+    return hashlib.sha1(ast.dump(tree).encode(), usedforsecurity=False).hexdigest()
+
+
+def _annotation_nodes(tree: ast.Module) -> set[int]:
+    """Nodes inside type annotations (``int | None`` is no place for an operator bug)."""
+    roots: list[ast.AST] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and node.annotation is not None:
+            roots.append(node.annotation)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns is not None:
+            roots.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            roots.append(node.annotation)
+    return {id(n) for root in roots for n in ast.walk(root)}
 
 
 def _skipped_lines(tree: ast.Module, data: bytes) -> set[int]:
@@ -128,6 +186,14 @@ def _node_mutations(file: str, node: ast.AST, src: _Source) -> Iterator[Mutation
         if not any(isinstance(v, ast.Constant) and isinstance(v.value, str) for v in (node.left, node.right)):
             yield from _gap_swap(file, "binop", node.left, node.right, "+" if isinstance(node.op, ast.Add)
                                  else "-", src)
+    elif isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        left = node.left
+        text_format = isinstance(left, ast.JoinedStr) or (isinstance(left, ast.Constant) and
+                                                           isinstance(left.value, str))  # "%s" % x
+        if not text_format:
+            yield from _gap_swap(file, "operator", node.left, node.right, _BINOPS[type(node.op)], src)
+    elif isinstance(node, ast.AugAssign) and type(node.op) in _AUG:
+        yield from _gap_swap(file, "operator", node.target, node.value, _AUG[type(node.op)][0], src)
     elif isinstance(node, ast.Call):
         yield from _call_mutations(file, node, src)
     elif isinstance(node, ast.Slice):
@@ -138,22 +204,47 @@ def _node_mutations(file: str, node: ast.AST, src: _Source) -> Iterator[Mutation
         yield _constant(file, node, src)
     elif isinstance(node, (ast.If, ast.While)):
         yield _negate(file, node.test, src)
+        if isinstance(node.test, ast.BoolOp):
+            yield from _drop_operands(file, node.test, src)
     elif isinstance(node, ast.Return) and node.value is not None:
         start, end = src.span(node)
         vs, ve = src.span(node.value)
         yield Mutation(file, "no_return", start, end, src.text(vs, ve), node.lineno)
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        for default in (*node.args.defaults, *node.args.kw_defaults):
+            if isinstance(default, ast.Constant) and type(default.value) in (int, bool):
+                yield replace(_constant(file, default, src), kind="default")
     body_lists = [getattr(node, f, None) for f in ("body", "orelse", "finalbody")]
     for body in body_lists:
         if isinstance(body, list) and len(body) > 1:
             for stmt in body:
-                if isinstance(stmt, _DROPPABLE) and (m := _drop(file, stmt, src)) is not None:
+                if _droppable(stmt) and (m := _drop(file, stmt, src)) is not None:
                     yield m
+
+
+def _droppable(stmt: ast.stmt) -> bool:
+    """A simple statement, or a guard clause (``if c: return``/``raise``/``continue``/``break``)."""
+    return isinstance(stmt, _DROPPABLE) or (isinstance(stmt, ast.If) and not stmt.orelse
+                                            and len(stmt.body) == 1 and isinstance(stmt.body[0], _GUARD_BODY))
+
+
+def _drop_operands(file: str, test: ast.BoolOp, src: _Source) -> Iterator[Mutation]:
+    """``if a and b:`` -> ``if a:`` / ``if b:`` (a condition left out)."""
+    start, end = src.span(test)
+    texts = [src.text(*src.span(v)) for v in test.values]
+    op = " and " if isinstance(test.op, ast.And) else " or "
+    for i in range(len(texts)):
+        rest = texts[:i] + texts[i + 1:]
+        if len(rest) == 1 or all("\n" not in t for t in rest):
+            yield Mutation(file, "drop_condition", start, end, op.join(rest), test.lineno)
 
 
 def _gap_swap(file: str, kind: str, left: ast.AST, right: ast.AST, op: str,
               src: _Source) -> Iterator[Mutation]:
     """Swap the operator token found between two operands (formatting kept)."""
-    new = {"and": "or", "or": "and", "+": "-", "-": "+"}.get(op) or COMPARE_SWAPS.get(op)
+    new = {"and": "or", "or": "and", "+": "-", "-": "+"}.get(op) if kind != "operator" else \
+        OPERATOR_SWAPS.get(op) or dict(_AUG.values()).get(op)
+    new = new or COMPARE_SWAPS.get(op)
     if not new:
         return
     _, gap_start = src.span(left)
@@ -175,6 +266,9 @@ def _call_mutations(file: str, node: ast.Call, src: _Source) -> Iterator[Mutatio
     if name == "range" and node.args and not any(isinstance(a, ast.Starred) for a in node.args):
         bound = node.args[0] if len(node.args) == 1 else node.args[1]
         yield _shift(file, bound, src)
+    if name in ("min", "max") and node.args:
+        fs, fe = src.span(node.func)
+        yield Mutation(file, "operator", fs, fe, "max" if name == "min" else "min", node.lineno)
     args = node.args
     if len(args) >= 2 and not any(isinstance(a, ast.Starred) for a in args[:2]) and name not in (
             "isinstance", "issubclass", "getattr", "setattr", "hasattr", "super", "range"):
@@ -183,6 +277,25 @@ def _call_mutations(file: str, node: ast.Call, src: _Source) -> Iterator[Mutatio
         if t0 != t1 and "\n" not in t0 + t1:
             between = src.text(a0[1], a1[0])
             yield Mutation(file, "swap_args", a0[0], a1[1], t1 + between + t0, node.lineno)
+    if (m := _unwrap(file, node, name, src)) is not None:
+        yield m
+
+
+def _unwrap(file: str, node: ast.Call, name: str, src: _Source) -> Mutation | None:
+    """A call left out: ``f(x)`` -> ``x`` (one plain argument), ``s.strip()`` -> ``s`` (a normalizer)."""
+    start, end = src.span(node)
+    inner: ast.expr | None = None
+    if len(node.args) == 1 and not node.keywords and not isinstance(node.args[0], ast.Starred) and (
+            (name and name not in _NOT_UNWRAPPED) or isinstance(node.func, ast.Attribute)):
+        inner = node.args[0]
+    elif not node.args and not node.keywords and isinstance(node.func, ast.Attribute) and \
+            node.func.attr in _NORMALIZERS:
+        inner = node.func.value
+    if inner is None:
+        return None
+    text = src.text(*src.span(inner))
+    return Mutation(file, "removed_call", start, end, text if isinstance(inner, _SIMPLE) else f"({text})",
+                    node.lineno)
 
 
 def _shift(file: str, bound: ast.expr, src: _Source) -> Mutation:
@@ -229,4 +342,6 @@ def _drop(file: str, stmt: ast.stmt, src: _Source) -> Mutation | None:
         return None
     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
         return None
-    return Mutation(file, "drop", line_start, line_end, "", stmt.lineno)
+    call = isinstance(stmt, ast.Expr) and isinstance(stmt.value, (ast.Call, ast.Await))
+    kind = "removed_call" if call else "drop_condition" if isinstance(stmt, ast.If) else "drop"
+    return Mutation(file, kind, line_start, line_end, "", stmt.lineno)

@@ -26,6 +26,7 @@ from envfarm.errors import DatasetError, TaskFactoryError
 from envfarm.harness import patches
 
 from ..builtin import CREATED_AT, IDENTITY, _git
+from .difficulty import difficulty
 from .mutate import Mutation
 from .sdist import PackageSpec, download, unpack
 
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 
 OWNER = "pypi"
 SOURCE_KEY = "envfarm_source"
+DIFFICULTY_KEY = "envfarm_difficulty"
 FORMAT = "envfarm-mined-1"
 GITIGNORE = b"__pycache__/\n*.pyc\n.pytest_cache/\n"
 DIFF = ["diff", "--no-color", "--no-ext-diff", "--full-index", "--no-renames", "--src-prefix=a/",
@@ -151,6 +153,7 @@ def rows(project: Project, bugs: Sequence[Bug], repo: Path) -> list[dict[str, An
             "FAIL_TO_PASS": json.dumps(list(bug.fail_to_pass)),
             "PASS_TO_PASS": json.dumps(list(bug.pass_to_pass)),
             "environment_setup_commit": correct,
+            DIFFICULTY_KEY: difficulty(project.files, m, bug.fail_to_pass, bug.hidden),
             SOURCE_KEY: {
                 "format": FORMAT,
                 "kind": "pypi-sdist",

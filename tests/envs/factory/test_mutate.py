@@ -87,3 +87,66 @@ def test_mutation_id_is_content_addressed() -> None:
     m = Mutation("a.py", "compare", 3, 4, "<=", 1)
     assert m.id == Mutation("a.py", "compare", 3, 4, "<=", 9).id
     assert m.id != Mutation("b.py", "compare", 3, 4, "<=", 1).id
+
+
+MORE = b'''\
+def g(xs, n: int | None = None, k=2, strict=False):
+    if n is None:
+        return []
+    if xs and n > 0:
+        total = n * k
+        total += max(n, 1)
+        name = str(xs).strip()
+        normalize(xs)
+        return total // 2, name, "%s" % n
+    return xs
+'''
+
+
+def more(kind: str) -> list[str]:
+    out = []
+    for m in mutations("pkg/g.py", MORE):
+        if m.kind == kind:
+            buggy = m.apply(MORE).decode().splitlines()
+            out.append(buggy[m.line - 1].strip() if m.text else f"<dropped line {m.line}>")
+    return out
+
+
+@pytest.mark.parametrize(("kind", "expected"), [
+    ("operator", ["total = n / k", "total -= max(n, 1)", "total += min(n, 1)",
+                  'return total / 2, name, "%s" % n']),
+    ("default", ["def g(xs, n: int | None = None, k=3, strict=False):",
+                 "def g(xs, n: int | None = None, k=2, strict=True):"]),
+    ("drop_condition", ["<dropped line 2>", "if n > 0:", "if xs:"]),
+    ("removed_call", ["name = xs.strip()", "name = str(xs)", "<dropped line 8>"]),
+])
+def test_more_bug_classes(kind: str, expected: list[str]) -> None:
+    assert sorted(more(kind)) == sorted(expected)
+
+
+def test_no_operator_bugs_in_annotations_or_string_formatting() -> None:
+    found = mutations("pkg/g.py", MORE)
+    assert not any(m.line == 1 and m.kind == "operator" for m in found)  # int | None
+    assert all("%" in m.apply(MORE).decode() for m in found)  # "%s" % n is never touched
+
+
+def test_mutants_with_the_same_syntax_tree_are_offered_once() -> None:
+    import ast
+
+    src = b"def h(a):\n    if not (a):\n        return 1\n    return 0\n"
+    trees = [m.apply(src) for m in mutations("h.py", src)]
+    dumps = [ast.dump(ast.parse(t)) for t in trees]
+    assert len(dumps) == len(set(dumps)) and ast.dump(ast.parse(src)) not in dumps
+
+
+def test_combine_makes_several_edits_one_span() -> None:
+    from envfarm.envs.code_repair.factory.mutate import combine
+
+    found = mutations("pkg/mod.py", SOURCE)
+    a = next(m for m in found if m.kind == "compare" and m.line == 6)
+    b = next(m for m in found if m.kind == "no_return" and m.line == 11)
+    both = combine([b, a], SOURCE)
+    assert both.kind == "compare+no_return" and both.line == 6
+    assert a.start < b.start and both.apply(SOURCE) == a.apply(b.apply(SOURCE))  # b first: a's offsets hold
+    with pytest.raises(ValueError, match="non-overlapping"):
+        combine([a, a], SOURCE)
