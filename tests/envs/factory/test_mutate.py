@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from envfarm.envs.code_repair.factory.mine import order
@@ -150,3 +152,44 @@ def test_combine_makes_several_edits_one_span() -> None:
     assert a.start < b.start and both.apply(SOURCE) == a.apply(b.apply(SOURCE))  # b first: a's offsets hold
     with pytest.raises(ValueError, match="non-overlapping"):
         combine([a, a], SOURCE)
+
+
+def test_difficulty_signal() -> None:
+    from envfarm.envs.code_repair.factory.difficulty import difficulty, enclosing_scope
+
+    assert enclosing_scope(SOURCE, 7) == "f" and enclosing_scope(b"x = 1\n", 1) == ""
+    m = next(m for m in mutations("pkg/mod.py", SOURCE) if m.kind == "compare" and m.line == 6)
+    files = {"pkg/mod.py": SOURCE, "tests/test_mod.py": b"from pkg.mod import f\n",
+             "tests/test_o.py": b"import pkg.mod\n", "tests/test_far.py": b"import pkg\n"}
+    near = difficulty(files, m, ["tests/test_mod.py::test_a"] * 3, ["tests/test_mod.py"])
+    assert near == {"fail_to_pass": 3, "distance": 0, "scope": "f", "edit_lines": 1, "mutations": 1,
+                    "score": 1}
+    assert difficulty(files, m, ["t"] * 3, ["tests/test_o.py"])["distance"] == 1
+    far = difficulty(files, m, ["t"], ["tests/test_far.py"])
+    assert far["distance"] == 2 and far["score"] == 4  # far from the tests, one failing test
+
+
+def test_k_edit_tasks_and_equivalent_tasks_once(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from envfarm.envs.code_repair.factory.mine import MineConfig, _Miner
+    from envfarm.envs.code_repair.factory.state import Outcome
+
+    singles = [m for m in mutations("pkg/mod.py", SOURCE) if m.kind in ("compare", "binop", "no_return")]
+    miner = object.__new__(_Miner)
+    miner.prepared = SimpleNamespace(project=SimpleNamespace(files={"pkg/mod.py": SOURCE}))
+    miner.candidates = singles
+    statements = ["same", "same", *(f"s{i}" for i in range(len(singles)))]
+    miner.outcomes = {m.id: Outcome(m.id, "kept", problem_statement=s)
+                      for m, s in zip(singles, statements, strict=False)}
+    miner.config = MineConfig(packages=("x==1",), out=tmp_path / "t.jsonl")
+    kept = [m.id for m in miner.kept()]
+    assert kept == [m.id for m in (singles[0], *singles[2:])]  # the first two read the same: one task
+    miner.config = MineConfig(packages=("x==1",), out=tmp_path / "t.jsonl", mutations=2)
+    combos = miner.combos()
+    assert combos and all(c.kind.count("+") == 1 for c in combos) and miner.kept() == []  # combos not tried
+    for c in combos:
+        lines = [m.line for m in singles if c.start <= m.start and m.end <= c.end]
+        assert len(set(lines)) >= 2
+    miner.outcomes[combos[0].id] = Outcome(combos[0].id, "kept", problem_statement="combo")
+    assert miner.kept() == [combos[0]]
