@@ -1,4 +1,4 @@
-"""``envfarm tasks mine|repos``: the task factory (library: ``envfarm.envs.code_repair.factory``)."""
+"""``envfarm tasks mine|recipes|repos``: the task factory (library: ``envfarm.envs.code_repair.factory``)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ from envfarm.errors import ConfigError
 from envfarm.sandbox.values import IMAGE_BACKEND
 
 if TYPE_CHECKING:
+    from envfarm.envs.code_repair.factory.catalogue import CatalogueReport
     from envfarm.envs.code_repair.factory.mine import MineReport
     from envfarm.envs.code_repair.factory.mine import Progress as MineProgress
+    from envfarm.envs.code_repair.factory.prepare import Inferred
 
 app = typer.Typer(name="tasks", help="Code-repair task sets: mine tasks from PyPI projects.",
                   no_args_is_help=True)
@@ -30,15 +32,25 @@ log = logging.getLogger(__name__)
 
 @app.command("mine")
 def mine_command(
-    package: Annotated[list[str], typer.Option("--package", "-p", help="NAME==VERSION; repeat for more.")],
-    out: Annotated[Path, typer.Option("--out", help="Output JSONL (state goes to <out>.work/).")],
+    out: Annotated[Path, typer.Option("--out", help="Output JSONL (state in <out>.work/); a folder with "
+                                      "--packages-file.")],
+    package: Annotated[
+        list[str] | None, typer.Option("--package", "-p", help="NAME==VERSION; repeat for more.")
+    ] = None,
+    packages_file: Annotated[
+        Path | None, typer.Option("--packages-file", help="NAME==VERSION lines: mine a catalogue into the "
+                                  "--out folder (one JSONL per project + catalogue.json), resumable.")
+    ] = None,
     max_tasks: Annotated[int, typer.Option("--max-tasks", min=1, help="Validated tasks per package.")] = 50,
     max_mutants: Annotated[
         int | None, typer.Option("--max-mutants", min=1, help="Mutants tried per package (10 x max-tasks).")
     ] = None,
     seed: Annotated[int, typer.Option(help="Orders the mutation sites; same seed, same rows.")] = 0,
+    mutations: Annotated[int, typer.Option(min=1, max=5, help="Edits per task (K > 1: K kept bugs of one "
+                                           "file combined, harder tasks).")] = 1,
     backend: Annotated[str, typer.Option(help="Sandbox backend: docker or bwrap.")] = IMAGE_BACKEND,
-    jobs: Annotated[int, typer.Option(min=1, help="Sandboxes testing mutants at once.")] = 2,
+    jobs: Annotated[int, typer.Option(min=1, help="Sandboxes testing mutants at once (with --packages-file: "
+                                      "projects at once, one sandbox each).")] = 2,
     validate_workers: Annotated[int, typer.Option("--validate-workers", min=1, help="Harness workers.")] = 4,
     no_validate: Annotated[bool, typer.Option("--no-validate", help="Skip harness validation.")] = False,
     find_links: Annotated[
@@ -50,11 +62,16 @@ def mine_command(
     ] = None,
 ) -> None:
     """Mine SWE-bench-style tasks from PyPI sdists by AST mutation; every row is validated by the harness."""
+    from envfarm.envs.code_repair.factory.catalogue import catalogue, read_packages_file
     from envfarm.envs.code_repair.factory.mine import MineConfig, mine
 
+    if bool(package) == bool(packages_file):
+        raise ConfigError("give --package NAME==VERSION (repeatable) or --packages-file FILE, one of the two")
+    packages = read_packages_file(packages_file) if packages_file else tuple(package or ())
     try:
-        config = MineConfig(packages=tuple(package), out=out, max_tasks=max_tasks, max_mutants=max_mutants,
-                            seed=seed, backend=backend, jobs=jobs, validate_workers=validate_workers,
+        config = MineConfig(packages=packages, out=out, max_tasks=max_tasks, max_mutants=max_mutants,
+                            seed=seed, mutations=mutations, backend=backend, jobs=jobs,
+                            validate_workers=validate_workers,
                             harness_check=not no_validate, find_links=tuple(find_links or ()),
                             **({"recipes": recipes} if recipes is not None else {}))
     except ValidationError as e:
@@ -69,11 +86,89 @@ def mine_command(
         def on_progress(ev: MineProgress) -> None:
             _advance(bar, tasks, ev)
 
-        result = asyncio.run(mine(config, progress=on_progress))
-    _print(result)
+        if packages_file is not None:
+            book = asyncio.run(catalogue(config, progress=on_progress))
+            _print_catalogue(book)
+            figures = (book.out / "catalogue.json").read_text()
+        else:
+            result = asyncio.run(mine(config, progress=on_progress))
+            _print(result)
+            figures = json.dumps(_as_json(result), indent=2)
     if report is not None:
         report.parent.mkdir(parents=True, exist_ok=True)
-        report.write_text(json.dumps(_as_json(result), indent=2))
+        report.write_text(figures)
+
+
+@app.command("recipes")
+def recipes_command(
+    check: Annotated[
+        list[str] | None, typer.Option("--check", help="NAME==VERSION: print what the factory infers for it.")
+    ] = None,
+    find_links: Annotated[
+        list[Path] | None, typer.Option("--find-links", help="Sdists from this folder instead of PyPI.")
+    ] = None,
+    recipes: Annotated[
+        Path | None, typer.Option("--recipes", help="Recipe table (default: the factory's recipes.toml).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
+) -> None:
+    """The recipe overrides in use, or (--check) the inferred test command, dependencies and test files."""
+    from envfarm import config as home
+    from envfarm.envs.code_repair.factory.prepare import infer
+    from envfarm.envs.code_repair.factory.recipe import RECIPES_FILE, read_recipes
+    from envfarm.envs.code_repair.factory.sdist import parse_spec
+
+    table = recipes or RECIPES_FILE
+    if not check:
+        data = read_recipes(table)
+        console.print(f"{len(data.packages)} projects with overrides in {table} (every other project: "
+                      "inferred)", highlight=False, soft_wrap=True)
+        for name, own in sorted(data.packages.items()):
+            keys = {k: v for k, v in own.model_dump().items() if v is not None}
+            console.print(f"  {escape(name)}: {escape(json.dumps(keys))}", highlight=False, soft_wrap=True)
+        return
+    links = tuple(find_links or ())
+    found = [infer(parse_spec(text), home.home() / "sdists", links, table) for text in check]
+    if as_json:
+        print(json.dumps([_inferred_json(f) for f in found], indent=2))
+        return
+    for f in found:
+        _print_inferred(f)
+
+
+def _inferred_json(f: Inferred) -> dict[str, object]:
+    lay = f.layout
+    return {"package": str(f.spec), "sdist": f.sdist.path.name, "sha256": f.sdist.sha256,
+            "test_cmd": f.test_cmd, "test_paths": list(lay.test_paths), "origin": lay.origin,
+            "config_file": lay.config.file, "python_files": list(lay.config.python_files),
+            "in_package": lay.in_package, "test_files": list(lay.test_files),
+            "skipped": [list(s) for s in lay.skipped], "pythonpath": lay.pythonpath,
+            "source_files": len(lay.source_files),
+            "dependencies": [{"requirement": d.requirement, "origin": d.origin} for d in f.dependencies],
+            "overrides": list(f.overrides)}
+
+
+def _print_inferred(f: Inferred) -> None:
+    lay = f.layout
+
+    def out(text: str) -> None:
+        console.print(text, highlight=False, soft_wrap=True)
+
+    out(f"[bold]{escape(str(f.spec))}[/bold] ({escape(f.sdist.path.name)})")
+    out(f"  test command: {escape(f.test_cmd)} {escape(' '.join(lay.test_paths))}")
+    where = f"{lay.origin}; python_files {' '.join(lay.config.python_files)}"
+    out(f"  test paths:   {escape(', '.join(lay.test_paths))} ({escape(where)}"
+        f"{', config ' + lay.config.file if lay.config.file else ''})")
+    out(f"  test files:   {len(lay.test_files)}{' (inside the package)' if lay.in_package else ''}: "
+        f"{escape(', '.join(lay.test_files[:6]))}{' ...' if len(lay.test_files) > 6 else ''}")
+    for path, why in lay.skipped:
+        out(f"  not a test:   {escape(path)}: {escape(why)}")
+    out(f"  source:       {len(lay.source_files)} files to mutate, PYTHONPATH={lay.pythonpath}")
+    out("  dependencies:")
+    for d in f.dependencies:
+        out(f"    {escape(d.requirement):32} {escape(d.origin)}")
+    own = ", ".join(f.overrides) if f.overrides else "none (everything above was inferred)"
+    out(f"  overrides:    {escape(own)}")
 
 
 @app.command("repos")
@@ -101,7 +196,10 @@ def _progress() -> Progress:
 
 
 def _advance(bar: Progress, tasks: dict[str, TaskID], ev: MineProgress) -> None:
-    if ev.stage == "prepare":
+    if ev.stage in ("project", "cached"):
+        what = "recorded" if ev.stage == "cached" else "finished"
+        console.print(f"{escape(ev.package)}: {what}, {ev.detail.strip()}, {ev.done} tasks", highlight=False)
+    elif ev.stage == "prepare":
         tasks[ev.package] = bar.add_task(f"{ev.package}: preparing", total=None, extra=ev.detail)
     elif ev.stage == "mutants":
         bar.update(tasks[ev.package], description=f"{ev.package}: mutants", completed=ev.done,
@@ -125,6 +223,19 @@ def _print(r: MineReport) -> None:
     work = Path(f"{r.out}.work")
     console.print(f"evaluate: envfarm harness run --instances {r.out} --repo-source {work / 'repos'} "
                   f"--specs {work / 'specs'} --predictions gold --run-id check", highlight=False)
+
+
+def _print_catalogue(book: CatalogueReport) -> None:
+    table = Table("package", "status", "tasks", "tests from", "time s", "reason")
+    for p in book.projects:
+        origin = str(p.report.get("origin", ""))
+        table.add_row(escape(p.package), p.status, str(p.tasks), escape(origin), f"{p.time_s:.0f}",
+                      escape(p.reason))
+    console.print(table)
+    done = sum(p.status == "done" for p in book.projects)
+    with_tasks = sum(p.tasks > 0 for p in book.projects)
+    console.print(f"{book.tasks} tasks from {with_tasks} of {len(book.projects)} projects ({done} mined) "
+                  f"in {book.out}; catalogue: {book.out / 'catalogue.json'}", highlight=False, soft_wrap=True)
 
 
 def _as_json(result: MineReport) -> dict[str, object]:

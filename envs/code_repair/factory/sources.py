@@ -1,5 +1,6 @@
 """Mined rows rebuild their own repositories: no ``--repo-source`` / ``--specs`` needed for them.
 
+    instances = catalogue_tasks("catalogue/")   # a mined catalogue folder's rows (None: not a catalogue)
     repos, specs = rebuilt(instances)     # None when no row carries envfarm_source
 
 A row written by ``envfarm tasks mine`` carries ``envfarm_source`` (package, version, sdist sha256, the
@@ -19,12 +20,34 @@ from pathlib import Path
 from typing import Any
 
 from envfarm import config
-from envfarm.harness import Instance
+from envfarm.errors import DatasetError
+from envfarm.harness import Instance, load_instances
 
-from .repo import SOURCE_KEY, rebuild
+from .repo import OWNER, SOURCE_KEY, rebuild
 
 log = logging.getLogger(__name__)
 DONE = ".done"
+CATALOGUE = "catalogue.json"
+
+
+def catalogue_tasks(path: str | Path) -> list[Instance] | None:
+    """The rows of a catalogue folder (``envfarm tasks mine --packages-file``: every ``*.jsonl`` directly in
+    it, by name; its ``.work`` state folders and ``catalogue.json`` are not rows); None for any other path
+    (a file or a datasets folder: ``load_instances`` reads those)."""
+    folder = Path(path)
+    files = sorted(folder.glob("*.jsonl")) if folder.is_dir() else []
+    mined_here = (folder / CATALOGUE).is_file() or any(f.name.startswith(f"{OWNER}__") for f in files)
+    if not files or not mined_here:
+        return None
+    out: list[Instance] = []
+    seen: set[str] = set()
+    for f in files:
+        for inst in load_instances(f) if f.stat().st_size else []:
+            if inst.instance_id in seen:
+                raise DatasetError(f"{folder}: instance_id {inst.instance_id!r} is in two of its JSONL files")
+            seen.add(inst.instance_id)
+            out.append(inst)
+    return out
 
 
 def mined(instances: Sequence[Instance]) -> list[Mapping[str, Any]]:
@@ -52,4 +75,4 @@ def rebuilt(instances: Sequence[Instance], root: Path | None = None,
     return dest / "repos", dest / "specs"
 
 
-__all__ = ["mined", "rebuilt"]
+__all__ = ["catalogue_tasks", "mined", "rebuilt"]

@@ -74,7 +74,7 @@ class WorkFolder:
         return data if data.get("stamp") == stamp else None
 
     def write_baseline(self, key: str, data: Mapping[str, Any]) -> None:
-        _atomic(self.project(key) / "baseline.json", json.dumps(data, indent=1, sort_keys=True))
+        write_atomic(self.project(key) / "baseline.json", json.dumps(data, indent=1, sort_keys=True))
 
     def read_outcomes(self, key: str, stamp: str) -> dict[str, Outcome]:
         """Finished mutants of a project (only those tried under the same baseline ``stamp``)."""
@@ -98,7 +98,8 @@ class WorkFolder:
             f.flush()
 
 
-def _atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename."""
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
@@ -107,4 +108,4 @@ def _atomic(path: Path, text: str) -> None:
 def write_jsonl(path: Path, table: list[dict[str, Any]]) -> None:
     """Write rows as sorted-key JSON lines, atomically (a reader never sees half a file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic(path, "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in table))
+    write_atomic(path, "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in table))

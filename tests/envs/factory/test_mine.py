@@ -200,3 +200,30 @@ def test_mined_rows_rebuild_their_own_repos(mined: tuple[Path, Path], tmp_path: 
         assert done and reward == 1.0 and info["resolved"]
     finally:
         env.close()
+
+
+def test_catalogue_from_a_packages_file(mined: tuple[Path, Path], tmp_path: Path) -> None:
+    """--packages-file: a JSONL per project, catalogue.json with the skipped ones and why; the run goes on."""
+    import shutil
+
+    root, out = mined
+    folder = tmp_path / "catalogue"
+    folder.mkdir()
+    shutil.copytree(f"{out}.work", folder / f"pypi__{NAME}.jsonl.work")  # the same state: no test reruns
+    pyproject = FILES["pyproject.toml"].replace(NAME, "envfarm-notests").replace(VERSION, "1.0")
+    write_sdist(root / "index", {"pyproject.toml": pyproject.replace("tinycalc", "notests"),
+                                 "notests/__init__.py": "x = 1\n"}, "envfarm-notests", "1.0")
+    packages = tmp_path / "packages.txt"
+    packages.write_text(f"# three projects\nenvfarm-notests==1.0\n{SPEC}\nenvfarm-nosuch==1.0\n")
+    args = ["tasks", "mine", "--packages-file", str(packages), "--out", str(folder), "--find-links",
+            str(root / "index"), "--max-tasks", "4", "--max-mutants", "40", "--seed", "3"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert (folder / f"pypi__{NAME}.jsonl").read_bytes() == out.read_bytes()
+    data = json.loads((folder / "catalogue.json").read_text())
+    status = {p["package"]: (p["status"], p["tasks"], p["reason"]) for p in data["projects"]}
+    assert status == {"envfarm-notests==1.0": ("skipped", 0, "no-tests"), SPEC: ("done", 4, ""),
+                      "envfarm-nosuch==1.0": ("skipped", 0, "no-sdist")}
+    assert data["summary"]["tasks"] == 4 and data["projects"][1]["report"]["origin"] == "tests/"
+    res = CliRunner().invoke(app, args)  # resumed: every project is already recorded
+    assert res.exit_code == 0 and res.output.count("recorded") == 3, res.output
