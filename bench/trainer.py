@@ -12,6 +12,11 @@
 - rl: the same number of updates twice on bwrap with the policy server, over real HTTP: ``sync`` runs
   the farm for one update's episodes, then updates while the farm is idle; ``async`` (what ``envfarm train``
   does) keeps the farm sampling during updates (staleness <= 1). Wall time of each.
+- ``--arms DIR``: instead of the above, ``envfarm train --repeats N`` with the defaults and ``--set
+  name=value`` (JSON values) into DIR: the three arms of every run, their spread, and the load average
+  sampled every 30 s during the runs, written to ``--out`` (default bench/results/trainer_arms.json)::
+
+      python bench/trainer.py --arms runs/arms-noisy --set teacher='"noisy"' --repeats 3
 
 Prints a JSON object and writes it to ``--out`` (default bench/results/trainer.json). Shared machines are
 noisy: the load average is recorded next to the figures.
@@ -116,14 +121,42 @@ async def bench_rl(policy: Policy, updates: int, prompts: int, group: int, backe
             config = TrainConfig(checkpoint=str(folder), sft_steps=0, rl_updates=updates,
                                  prompts_per_update=prompts, group_size=group, eval_episodes=1,
                                  backend=backend, sync=mode == "sync", concurrency=prompts * group,
-                                 max_batch=prompts * group)
+                                 max_batch=prompts * group, sft_more=False)
             t0 = time.perf_counter()
-            summary = await train(config, Path(tmp) / "run")
-            out[f"{mode}_rl_s"] = summary["phase_s"].get("rl")
+            result = await train(config, Path(tmp) / "run")
+            out[f"{mode}_rl_s"] = result.phase_s.get("rl")
             out[f"{mode}_total_s"] = round(time.perf_counter() - t0, 1)
     if out.get("sync_rl_s") and out.get("async_rl_s"):
         out["async_speedup"] = round(out["sync_rl_s"] / out["async_rl_s"], 2)
     return out
+
+
+async def bench_arms(folder: Path, repeats: int, options: dict[str, Any]) -> dict[str, Any]:
+    """``envfarm train --repeats``: every run's summary, the spread, and the load while they ran."""
+    from envfarm.trainer.repeats import train_repeats
+    from envfarm.trainer.train_config import TrainConfig
+
+    loads: list[float] = []
+
+    async def sample_load() -> None:
+        while True:
+            loads.append(round(os.getloadavg()[0], 2))
+            await asyncio.sleep(30)
+
+    sampler = asyncio.create_task(sample_load())
+    t0 = time.perf_counter()
+    try:
+        spread = await train_repeats(TrainConfig().with_options(**options), folder, repeats)
+    finally:
+        sampler.cancel()
+    runs = [json.loads((folder / name / "summary.json").read_text()) for name in spread.runs]
+    keep = ("arms", "rl_minus_sft_more", "rl_minus_sft", "compute", "phase_s", "wall_s", "sft_steps",
+            "sft_held_out_match", "teacher", "eval_split", "seeds", "load_avg_end")
+    return {"folder": str(folder), "options": options, "wall_s": round(time.perf_counter() - t0, 1),
+            "load_1min": {"min": min(loads), "mean": round(statistics.fmean(loads), 2), "max": max(loads),
+                          "samples": len(loads)},
+            "cpus": os.cpu_count(), "spread": spread.to_json(),
+            "runs": [{k: r.get(k) for k in keep} for r in runs]}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -140,8 +173,23 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--group", type=int, default=4)
     ap.add_argument("--backend", default=DEFAULT_BACKEND)
     ap.add_argument("--skip-rl", action="store_true")
-    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "trainer.json")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="default: bench/results/trainer.json (trainer_arms.json with --arms)")
+    ap.add_argument("--arms", type=Path, default=None, help="train the three arms into this folder")
+    ap.add_argument("--repeats", type=int, default=1, help="--arms: independent runs")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=JSON",
+                    help="--arms: a TrainConfig option, e.g. --set teacher='\"noisy\"' --set minutes=4")
     args = ap.parse_args(argv)
+    results = Path(__file__).parent / "results"
+    if args.arms is not None:
+        options = {k: json.loads(v) for k, v in (x.split("=", 1) for x in args.set)}
+        arms = asyncio.run(bench_arms(args.arms, args.repeats, options))
+        out = args.out or results / "trainer_arms.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(arms, indent=2) + "\n")
+        print(json.dumps(arms, indent=2))
+        return
+    args.out = args.out or results / "trainer.json"
     torch.set_num_threads(args.threads)
     policy = load_policy(None if args.checkpoint else args.preset, path=args.checkpoint, device=args.device)
     result: dict[str, Any] = {"preset": args.preset, "checkpoint": args.checkpoint,

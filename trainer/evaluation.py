@@ -56,17 +56,29 @@ async def evaluate_served(url: str, config: FarmConfig, run_dir: Path, *, temper
                       round(time.monotonic() - t0, 2))
 
 
+def mean_bootstrap(rewards: Mapping[int, float], samples: int = BOOTSTRAP_SAMPLES,
+                   seed: int = 0) -> tuple[float, float, float]:
+    """(mean, 95% low, 95% high) of the per-seed rewards: a percentile bootstrap over seeds."""
+    if not rewards:
+        return 0.0, 0.0, 0.0
+    return _bootstrap(np.array([rewards[s] for s in sorted(rewards)], dtype=float), samples, seed)
+
+
+def _bootstrap(values: np.ndarray, samples: int, seed: int) -> tuple[float, float, float]:
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, len(values), size=(samples, len(values)))].mean(axis=1)
+    low, high = np.quantile(means, [0.025, 0.975])
+    return float(values.mean()), float(low), float(high)
+
+
 def paired_bootstrap(before: Mapping[int, float], after: Mapping[int, float],
                      samples: int = BOOTSTRAP_SAMPLES, seed: int = 0) -> tuple[float, float, float, int]:
     """(mean of after - before, 95% low, 95% high, seeds) over the seeds both scored."""
     common = sorted(set(before) & set(after))
     if not common:
         return 0.0, 0.0, 0.0, 0
-    diff = np.array([after[s] - before[s] for s in common], dtype=float)
-    rng = np.random.default_rng(seed)
-    means = diff[rng.integers(0, len(diff), size=(samples, len(diff)))].mean(axis=1)
-    low, high = np.quantile(means, [0.025, 0.975])
-    return float(diff.mean()), float(low), float(high), len(common)
+    diff, low, high = _bootstrap(np.array([after[s] - before[s] for s in common], dtype=float), samples, seed)
+    return diff, low, high, len(common)
 
 
-__all__ = ["EvalResult", "evaluate_served", "paired_bootstrap"]
+__all__ = ["EvalResult", "evaluate_served", "mean_bootstrap", "paired_bootstrap"]

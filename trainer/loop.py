@@ -1,22 +1,28 @@
-"""``envfarm train`` in one call: SFT warm start -> evaluation -> RL -> evaluation, in one asyncio process.
+"""``envfarm train`` in one call: SFT warm start, then three arms from that one checkpoint, each evaluated
+greedy and sampled on the same held-out seeds, in one asyncio process.
 
-    summary = await train(TrainConfig(env_id="envfarm/ToolCalc-v0"), Path("out"))
-    summary = await train(None, Path("out"), resume=True)      # after a crash: the stored config, last ckpt
+    result = await train(TrainConfig(env_id="envfarm/ToolCalc-v0", teacher="noisy"), Path("out"))
+    result = await train(None, Path("out"), resume=True)      # after a crash: the stored config, last ckpt
 
-    DIR/config.json  metrics.jsonl  tensorboard/  checkpoints/{sft-*,sft,rl-*,latest}  ingest.jsonl
-        runs/{demos,eval-before_rl,rl,eval-after_rl}/ (farm run folders)  evals/*.json  summary.json
-        reward_curve.png  timings.json
+    DIR/config.json  metrics.jsonl  tensorboard/  checkpoints/{sft-*,sft,rl-*,sft_more-*,sft_more,latest}
+        ingest.jsonl  runs/{demos,val-demos,more-demos,rl,eval-<arm>-<mode>}/ (farm run folders)
+        evals/<arm>-<mode>.json  summary.json  reward_curve.png  timings.json
 
-1. demos: oracle episodes (``runs/demos``); SFT for ``sft_steps`` steps, checkpointed every 100; the result
-   is ``checkpoints/sft`` (the SFT-only policy).
-2. A :class:`PolicyServer` (its own copy of the policy) starts on loopback; the SFT policy is evaluated on
-   ``eval_episodes`` held-out seeds at the training temperature (``runs/eval-before_rl``).
-3. RL (rl.py): farm -> HTTP -> server, farm -> NDJSON -> learner inbox, learner -> POST /weights -> server.
-4. The final policy is evaluated on the same seeds; ``summary.json`` gets both means and the paired
-   bootstrap 95% CI of their difference; ``reward_curve.png`` is drawn from metrics.jsonl.
+1. demos: teacher episodes (``runs/demos``; teacher.py: oracle or noisy) and a few on validation seeds for
+   the held-out check (``runs/val-demos``); SFT until the check passes or ``sft_steps``; the result is
+   ``checkpoints/sft``, the ``sft`` arm.
+2. A :class:`PolicyServer` (its own copy of the policy) starts on loopback; the ``sft`` arm is evaluated on
+   ``eval_episodes`` seeds of the evaluation range, greedy (temperature 0) and sampled (``temperature``).
+3. RL (rl.py): farm -> HTTP -> server, farm -> NDJSON -> learner inbox, learner -> POST /weights -> server;
+   the result, the ``rl`` arm, is evaluated the same way.
+4. ``sft_more``: the SFT checkpoint, trained on fresh teacher demos (``runs/more-demos``) until it has spent
+   RL's wall time and trained on as many completion tokens as RL sampled; evaluated the same way.
+5. ``summary.json`` (summary.py): every arm and mode, RL minus each baseline by paired bootstrap, the seed
+   ranges, the teacher, the compute of RL and sft_more, the wall time per phase; ``reward_curve.png``.
 
-Every phase resumes: farm runs from their run folders, SFT and RL from the newest checkpoint (the inbox
-re-queues what the last checkpoint had not trained on; the farm re-sends what the inbox had not stored).
+Every phase resumes: farm runs from their run folders, SFT, RL and sft_more from the newest checkpoint (the
+inbox re-queues what the last checkpoint had not trained on; the farm re-sends what the inbox had not
+stored), evaluations from ``evals/``.
 """
 
 from __future__ import annotations
@@ -26,9 +32,10 @@ import json
 import logging
 import os
 import time
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -36,23 +43,25 @@ from envfarm.errors import ConfigError
 
 from .checkpoint import latest_checkpoint, load_checkpoint, prune, save_checkpoint
 from .distributed import DistContext
-from .evaluation import EvalResult, evaluate_served, paired_bootstrap
-from .learner import Learner, learner_config
-from .metrics import Metrics, plot_rewards
+from .evaluation import EvalResult, evaluate_served
+from .learner import Learner, UpdateStats, learner_config
+from .metrics import Metrics, Phase, plot_rewards
 from .policy import Policy, clone_policy, load_policy, save_policy
 from .ranks import Leader, start_followers
 from .rl import RLPhase, RLState
-from .samples import sft_samples
+from .samples import TokenSample, sft_samples
 from .server import PolicyServer, ServerConfig
-from .sft import collect_demos, greedy_match, sft_batch, split_demos
+from .sft import collect_demos, completed_demos, greedy_match, sft_batch
 from .state import LoopState
+from .summary import MODES, Compute, TrainResult
+from .teacher import make_teacher
 from .train_config import CONFIG_FILE, TrainConfig
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SFT_CHECKPOINT_EVERY = 100
 SFT_WARMUP = 20
-EVAL_PHASES = ("before_rl", "after_rl")
 
 
 @dataclass
@@ -66,6 +75,7 @@ class TrainProgress:
     reward: float | None = None
     loss: float | None = None
     evals: dict[str, float] | None = None
+    """Mean reward of each evaluation so far, keyed "<arm> <mode>"."""
 
 
 class Training:
@@ -85,26 +95,35 @@ class Training:
         self.rl_state = RLState()
         self.init_method = init_method
         self.leader: Leader | None = None
+        self.evals: dict[tuple[str, str], EvalResult] = {}
 
     # ------------------------------------------------------------------------------------------ entry
 
-    async def run(self, resume: bool) -> dict[str, Any]:
+    async def run(self, resume: bool) -> TrainResult:
         await asyncio.to_thread(self._setup, resume)
-        assert self.policy is not None and self.metrics is not None
+        assert self.policy is not None and self.metrics is not None and self.learner is not None
         server: PolicyServer | None = None
         try:
             if self.loop_state.phase == "sft":
-                await self._timed("sft", self._sft())
+                await self._sft()
             served = clone_policy(self.policy)
             served.version = self.rl_state.version
             c = self.config
             server = PolicyServer(served, ServerConfig(max_batch=c.max_batch, max_tokens=c.max_tokens,
                                                        seed=c.seed))
             await server.start("127.0.0.1", 0)
-            before = await self._timed("eval_before_rl", self._evaluate("before_rl", server))
-            await self._timed("rl", self._rl(server))
-            after = await self._timed("eval_after_rl", self._evaluate("after_rl", server))
-            return await asyncio.to_thread(self._finish, before, after)
+            await self._evaluate_arm("sft", server)
+            if self.loop_state.phase == "rl":
+                await server.swap(self.learner.module, self.rl_state.version)
+                await self._timed("rl", self._rl(server))
+            await self._evaluate_arm("rl", server)
+            if self.loop_state.phase == "rl":
+                self.loop_state = replace(self.loop_state, phase="sft_more" if c.sft_more else "eval")
+            if self.loop_state.phase == "sft_more":
+                await self._sft_more()
+            if c.sft_more:
+                await self._evaluate_arm("sft_more", server)
+            return await asyncio.to_thread(self._finish)
         finally:
             if server is not None:
                 await server.stop()
@@ -154,13 +173,15 @@ class Training:
         kind, phase = record.get("kind"), record.get("phase")
         if kind == "update" and phase == "sft":
             return int(record.get("step", 0)) <= self.loop_state.sft_step
+        if kind == "update" and phase == "sft_more":
+            return int(record.get("step", 0)) <= self.loop_state.more_step
         if (kind == "update" and phase == "rl") or kind == "publish":
             return int(record.get("version", 0)) <= self.rl_state.version
         if kind == "eval":
             return (self.out / "evals" / f"{phase}.json").exists()
         return True
 
-    async def _timed(self, name: str, work: Any) -> Any:
+    async def _timed(self, name: str, work: Awaitable[T]) -> T:
         t0 = time.monotonic()
         try:
             return await work
@@ -170,41 +191,94 @@ class Training:
 
     # -------------------------------------------------------------------------------------------- SFT
 
-    async def _sft(self) -> None:
-        c, learner, policy, metrics = self.config, self.learner, self.policy, self.metrics
-        assert learner is not None and policy is not None and metrics is not None
+    async def _demos(self, run: str, episodes: int, seed: int) -> list[TokenSample]:
+        """The teacher's completed episodes of a demonstration run, rendered for the policy."""
+        c = self.config
+        assert self.policy is not None
+        if episodes == 0:
+            return []
+        teacher = make_teacher(c.teacher, c.teacher_error, c.seed)
+        demos = await collect_demos(c.farm_config(episodes=episodes, seed=seed), self.out / "runs" / run,
+                                    teacher)
+        return await asyncio.to_thread(sft_samples, completed_demos(demos), self.policy)
+
+    async def _sft_step(self, samples: Sequence[TokenSample], step: int, phase: Phase) -> UpdateStats:
+        """SFT step ``step`` (0-based) of ``phase`` on its seeded batch, linear warm-up of the lr."""
+        c = self.config
         assert self.leader is not None
+        lr = c.sft_lr * min(1.0, (step + 1) / SFT_WARMUP)
+        seed = c.seed if phase == "sft" else c.seed + 1
+        batch = sft_batch(samples, c.sft_batch, seed, step)
+        return await asyncio.to_thread(self.leader.update, batch, "sft", lr)
+
+    async def _sft(self) -> None:
+        c, learner, metrics = self.config, self.learner, self.metrics
+        assert learner is not None and metrics is not None and self.leader is not None
         self.progress.phase = "demos"
-        demo_config = c.farm_config(episodes=c.sft_demos, seed=c.demo_seed)
-        train, held = split_demos(await collect_demos(demo_config, self.out / "runs" / "demos"),
-                                  c.sft_held_out)
-        samples = await asyncio.to_thread(sft_samples, train, policy)
-        checks = await asyncio.to_thread(sft_samples, held, policy)
+        samples = await self._timed("demos", self._demos("demos", c.sft_demos, c.demo_seed))
+        checks = await self._timed("demos", self._demos("val-demos", c.sft_held_out if c.sft_target else 0,
+                                                        c.val_seed))
+        target = c.sft_target * c.greedy_ceiling
         self.progress.phase, self.progress.total = "sft", c.sft_steps
+        t0 = time.monotonic()
         for step in range(self.loop_state.sft_step, c.sft_steps):
-            lr = c.sft_lr * min(1.0, (step + 1) / SFT_WARMUP)
-            batch = sft_batch(samples, c.sft_batch, c.seed, step)
-            stats = await asyncio.to_thread(self.leader.update, batch, "sft", lr)
+            stats = await self._sft_step(samples, step, "sft")
             match = None
-            if c.sft_target > 0 and checks and (step + 1) % c.sft_check_every == 0:
+            if target > 0 and checks and (step + 1) % c.sft_check_every == 0:
                 match = await asyncio.to_thread(greedy_match, learner.module, checks, learner.pad_id,
                                                 learner.device, c.micro_batch_tokens)
             metrics.update(step=step + 1, phase="sft", loss=stats.loss, reward_mean=None, kl=None,
-                           clip_frac=None, lr=lr, samples=stats.samples, tokens=stats.tokens, version=0,
+                           clip_frac=None, lr=stats.lr, samples=stats.samples, tokens=stats.tokens, version=0,
                            grad_norm=stats.grad_norm, held_out_match=match)
             self.progress.step, self.progress.loss = step + 1, stats.loss
             self.loop_state = replace(self.loop_state, sft_step=step + 1)
-            if match is not None and match >= c.sft_target:
-                log.info("SFT stops at step %d: held-out greedy match %.3f >= %.3f", step + 1, match,
-                         c.sft_target)
+            if match is not None and match >= target:
+                log.info("SFT stops at step %d: held-out greedy match %.3f >= %.3f", step + 1, match, target)
                 self.loop_state = replace(self.loop_state, sft_match=match)
                 break
             if (step + 1) % SFT_CHECKPOINT_EVERY == 0 and step + 1 < c.sft_steps:
                 await asyncio.to_thread(self._save, f"sft-{step + 1:06d}")
+        self._add_time("sft", time.monotonic() - t0)
         self.loop_state = replace(self.loop_state, phase="rl")
-        self.leader.reset_optimizer()  # RL starts with fresh AdamW moments at its own learning rate
+        self.leader.reset_optimizer()  # RL and sft_more start with fresh AdamW moments
         await asyncio.to_thread(self._save, "sft")
         await asyncio.to_thread(prune, self.ckpt_dir, 0, "sft-")
+
+    async def _sft_more(self) -> None:
+        """The sft_more arm: the SFT checkpoint trained on fresh teacher demos with RL's compute (wall time
+        and completion tokens, whichever binds last)."""
+        c, learner, metrics = self.config, self.learner, self.metrics
+        assert learner is not None and metrics is not None and self.leader is not None
+        if self.loop_state.more_step == 0:  # the learner holds RL's weights: back to the SFT checkpoint
+            await asyncio.to_thread(load_checkpoint, self.ckpt_dir / "sft", learner, False)
+            self.leader.sync()
+        self.progress.phase = "demos (sft_more)"
+        more = c.seed_ranges().more_demos.start
+        samples = await self._timed("more_demos", self._demos("more-demos", c.sft_more_demos, more))
+        budget_s, budget_tokens = self.rl_state.seconds, self.rl_state.sampled_tokens
+        self.progress.phase, self.progress.total = "sft_more", 0
+        t0, state = time.monotonic(), self.loop_state
+        while state.more_seconds < budget_s or state.more_tokens < budget_tokens:
+            stats = await self._sft_step(samples, state.more_step, "sft_more")
+            state = replace(state, more_step=state.more_step + 1,
+                            more_tokens=state.more_tokens + stats.tokens,
+                            more_seconds=round(self.loop_state.more_seconds + time.monotonic() - t0, 3))
+            metrics.update(step=state.more_step, phase="sft_more", loss=stats.loss, reward_mean=None, kl=None,
+                           clip_frac=None, lr=stats.lr, samples=stats.samples, tokens=stats.tokens, version=0,
+                           grad_norm=stats.grad_norm)
+            self.progress.step, self.progress.loss = state.more_step, stats.loss
+            if state.more_step % SFT_CHECKPOINT_EVERY == 0:
+                self.loop_state = state
+                await asyncio.to_thread(self._save, f"sft_more-{state.more_step:06d}")
+                t0, state = time.monotonic(), self.loop_state
+        self.timings["sft_more"] = state.more_seconds  # training time only, over all sessions
+        self.loop_state = replace(state, phase="eval")
+        await asyncio.to_thread(self._save, "sft_more")
+        await asyncio.to_thread(prune, self.ckpt_dir, 0, "sft_more-")
+
+    def _add_time(self, name: str, seconds: float) -> None:
+        self.timings[name] = round(self.timings.get(name, 0.0) + seconds, 2)
+        _write_json(self.out / "timings.json", self.timings)
 
     def _save(self, name: str, rl: RLState | None = None) -> None:
         assert self.learner is not None and self.policy is not None
@@ -234,62 +308,78 @@ class Training:
         phase = RLPhase(c, self.out, self.learner, server.url, self.metrics, self.rl_state, checkpoint,
                         self.policy.max_context, on_update, step=self.leader.update)
         self.rl_state = await phase.run()
-        self.loop_state = replace(self.loop_state, phase="eval")
 
     # ------------------------------------------------------------------------------------- evaluation
 
-    async def _evaluate(self, phase: str, server: PolicyServer) -> EvalResult:
-        path = self.out / "evals" / f"{phase}.json"
-        if path.exists():
-            data = json.loads(await asyncio.to_thread(path.read_text))
-            data["per_seed"] = {int(k): v for k, v in data["per_seed"].items()}
-            return EvalResult(**data)
-        assert self.metrics is not None
-        self.progress.phase = f"eval {phase}"
+    async def _evaluate_arm(self, arm: str, server: PolicyServer) -> None:
+        """Evaluate ``arm`` in every mode (each once: a finished evaluation is read back from evals/)."""
+        for mode, temperature in MODES.items():
+            path = self.out / "evals" / f"{arm}-{mode}.json"
+            if path.exists():
+                data = json.loads(await asyncio.to_thread(path.read_text))
+                data["per_seed"] = {int(k): v for k, v in data["per_seed"].items()}
+                self.evals[arm, mode] = EvalResult(**data)
+                continue
+            self.evals[arm, mode] = await self._timed(f"eval_{arm}", self._evaluate(arm, mode, temperature,
+                                                                                      server, path))
+
+    async def _evaluate(self, arm: str, mode: str, temperature: float | None, server: PolicyServer,
+                        path: Path) -> EvalResult:
+        assert self.metrics is not None and self.learner is not None
         c = self.config
-        swapped = phase == "before_rl" and self.rl_state.updates > 0
-        if swapped:  # the SFT-only weights, when a resumed run lost this evaluation
-            await server.swap(await asyncio.to_thread(_sft_weights, self.ckpt_dir), "sft")
+        self.progress.phase = f"eval {arm} {mode}"
+        version = self.rl_state.version if arm == "rl" else arm
+        if server.version != version:
+            await server.swap(await asyncio.to_thread(self._arm_weights, arm), version)
         result = await evaluate_served(server.url, c.farm_config(episodes=c.eval_episodes, seed=c.eval_seed),
-                                       self.out / "runs" / f"eval-{phase}", temperature=c.temperature,
+                                       self.out / "runs" / f"eval-{arm}-{mode}",
+                                       temperature=c.temperature if temperature is None else temperature,
                                        max_tokens=c.max_tokens)
-        if swapped:
-            assert self.learner is not None
-            await server.swap(self.learner.module, self.rl_state.version)
         await asyncio.to_thread(_write_json, path, asdict(result))
-        self.metrics.eval(phase=phase, mean_reward=result.mean_reward, episodes=result.episodes,  # type: ignore[arg-type]
+        self.metrics.eval(arm=arm, mode=mode, mean_reward=result.mean_reward, episodes=result.episodes,
                           infra_errors=result.infra_errors, wall_s=result.wall_s)
-        self.progress.evals = {**(self.progress.evals or {}), phase: result.mean_reward}
+        self.progress.evals = {**(self.progress.evals or {}), f"{arm} {mode}": result.mean_reward}
         return result
 
-    def _finish(self, before: EvalResult, after: EvalResult) -> dict[str, Any]:
-        c = self.config
-        diff, low, high, n = paired_bootstrap(before.per_seed, after.per_seed)
-        summary = {
-            "env_id": c.env_id, "eval_before_rl": round(before.mean_reward, 4),
-            "eval_after_rl": round(after.mean_reward, 4), "eval_episodes": n, "diff": round(diff, 4),
-            "diff_ci95": [round(low, 4), round(high, 4)], "eval_temperature": c.temperature,
-            "eval_seeds": [c.eval_seed, c.eval_seed + c.eval_episodes],
-            "eval_infra_errors": {"before_rl": before.infra_errors, "after_rl": after.infra_errors},
-            "sft_steps": self.loop_state.sft_step,
-            "sft_held_out_match": self.loop_state.sft_match, "rl_updates": self.rl_state.updates,
-            "final_version": self.rl_state.version, "rl_seconds": self.rl_state.seconds,
-            "dropped": self.rl_state.dropped, "wall_s": round(sum(self.timings.values()), 1),
-            "phase_s": self.timings, "load_avg_end": [round(x, 2) for x in os.getloadavg()],
-            "device": str(self.policy.device if self.policy else "cpu"),
-            "torch_threads": torch.get_num_threads(),
-            "config": asdict(c),
-        }
-        _write_json(self.out / "summary.json", summary)
+    def _arm_weights(self, arm: str) -> Mapping[str, torch.Tensor] | torch.nn.Module:
+        """The weights of ``arm``: the learner's while it holds them, else the arm's checkpoint."""
+        assert self.learner is not None
+        phase = self.loop_state.phase
+        if (arm == "rl" and phase == "rl") or (arm == "sft_more" and phase == "eval") or \
+                (arm == "sft" and phase == "rl" and self.rl_state.updates == 0):
+            return self.learner.module
+        from safetensors.torch import load_file
+
+        rl = sorted(p.name for p in self.ckpt_dir.glob("rl-0*"))
+        name = arm if arm != "rl" else (rl[-1] if rl else "sft")
+        return load_file(self.ckpt_dir / name / "model.safetensors")
+
+    def _finish(self) -> TrainResult:
+        c, r, s = self.config, self.config.seed_ranges(), self.rl_state
+        seeds = {k: (v["start"], v["stop"]) for k, v in asdict(r).items()}
+        seeds["eval"] = (c.eval_seed, c.eval_seed + c.eval_episodes)
+        ls = self.loop_state
+        result = TrainResult.build(
+            self.evals, env_id=c.env_id, teacher={"name": c.teacher, "error": c.teacher_error
+                                                  if c.teacher == "noisy" else 0.0},
+            eval_split=c.eval_split, eval_episodes=c.eval_episodes, eval_temperature=c.temperature,
+            seeds=seeds, compute=Compute(s.seconds, s.sampled_tokens, s.updates, ls.more_seconds,
+                                         ls.more_tokens, ls.more_step),
+            phase_s=dict(self.timings), wall_s=round(sum(self.timings.values()), 1), sft_steps=ls.sft_step,
+            sft_held_out_match=ls.sft_match, final_version=s.version, dropped=dict(s.dropped),
+            load_avg_end=tuple(round(x, 2) for x in os.getloadavg()),
+            device=str(self.policy.device if self.policy else "cpu"), torch_threads=torch.get_num_threads(),
+            config=asdict(c))
+        _write_json(self.out / "summary.json", result.to_json())
         plot_rewards(self.out / "metrics.jsonl", self.out / "reward_curve.png",
                      title=f"{c.env_id} {c.preset}: RL reward (T={c.temperature:g})")
         self.progress.phase = "done"
-        return summary
+        return result
 
 
 async def train(config: TrainConfig | None, out: Path, *, resume: bool = False,
-                progress: TrainProgress | None = None) -> dict[str, Any]:
-    """Run (or with ``resume``, continue) a training folder; returns the summary (also DIR/summary.json).
+                progress: TrainProgress | None = None) -> TrainResult:
+    """Run (or with ``resume``, continue) a training folder; returns the result (also DIR/summary.json).
     On resume, ``config`` None means the stored one."""
     if resume:
         stored = await asyncio.to_thread(TrainConfig.load, Path(out))
@@ -318,12 +408,6 @@ def _join(procs: list[Any], rendezvous: Path) -> None:
 
 def _save_policy(policy: Policy, folder: Path) -> None:
     save_policy(policy, folder)
-
-
-def _sft_weights(ckpt_dir: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    return load_file(ckpt_dir / "sft" / "model.safetensors")
 
 
 def _write_json(path: Path, data: Any) -> None:

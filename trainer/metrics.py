@@ -5,7 +5,8 @@ One JSON object per line, each with ``kind`` and ``time`` (unix seconds):
     {"kind": "update", "step": 3, "phase": "rl", "loss": 0.01, "reward_mean": 0.41, "kl": null,
      "clip_frac": 0.02, "lr": 0.0003, "samples": 256, "tokens": 9120, "version": 3, ...}
     {"kind": "publish", "version": 3, "bytes": 3342336, "seconds": 0.08}
-    {"kind": "eval", "phase": "before_rl", "mean_reward": 0.43, "episodes": 500}
+    {"kind": "eval", "phase": "rl-greedy", "arm": "rl", "mode": "greedy", "mean_reward": 0.43,
+     "episodes": 500}
 
 Lines are appended and flushed as they happen; a resumed run appends to the same file. Extra keys may follow
 the agreed ones (readers ignore what they do not know).
@@ -20,9 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
+ARM_COLOURS = {"sft": "tab:red", "sft_more": "tab:orange", "rl": "tab:green"}
+
 log = logging.getLogger(__name__)
 
-Phase = Literal["sft", "rl"]
+Phase = Literal["sft", "rl", "sft_more"]
 
 
 class Metrics:
@@ -68,12 +71,12 @@ class Metrics:
         if self._tb is not None and seconds > 0:
             self._tb.add_scalar("publish/mb_per_s", bytes / seconds / 1e6, version)
 
-    def eval(self, *, phase: Literal["before_rl", "after_rl"], mean_reward: float, episodes: int,
-             **extra: Any) -> None:
-        self._write({"kind": "eval", "phase": phase, "mean_reward": mean_reward, "episodes": episodes,
-                     **extra})
+    def eval(self, *, arm: str, mode: str, mean_reward: float, episodes: int, **extra: Any) -> None:
+        """One arm's evaluation in one mode (``phase`` is "<arm>-<mode>", the name of its evals/ file)."""
+        self._write({"kind": "eval", "phase": f"{arm}-{mode}", "arm": arm, "mode": mode,
+                     "mean_reward": mean_reward, "episodes": episodes, **extra})
         if self._tb is not None:
-            self._tb.add_scalar(f"eval/{phase}", mean_reward, 0)
+            self._tb.add_scalar(f"eval/{arm}-{mode}", mean_reward, 0)
 
     def _write(self, record: dict[str, Any]) -> None:
         record = {"kind": record.pop("kind"), "time": round(time.time(), 3), **record}
@@ -102,8 +105,8 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 
 def plot_rewards(metrics_path: Path, png: Path, title: str = "") -> Path:
-    """The RL reward curve (mean reward of each update's episodes, and a moving average) with the two
-    evaluations as horizontal lines; SFT loss on a second panel. Blocking."""
+    """The RL reward curve (mean reward of each update's episodes, and a moving average) with the arms'
+    evaluations as horizontal lines (dotted: greedy); SFT loss on a second panel. Blocking."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -120,9 +123,9 @@ def plot_rewards(metrics_path: Path, png: Path, title: str = "") -> Path:
         rewards = [r["reward_mean"] for r in rl]
         ax.plot(steps, rewards, ".", alpha=0.4, label="update batch (T=1 samples)")
         ax.plot(steps, _moving(rewards, 8), "-", label="moving average (8)")
-    colours = {"before_rl": "tab:red", "after_rl": "tab:green"}
     for phase, r in evals.items():
-        ax.axhline(r["mean_reward"], color=colours.get(phase, "k"), ls="--",
+        ax.axhline(r["mean_reward"], color=ARM_COLOURS.get(r.get("arm", ""), "k"),
+                   ls=":" if r.get("mode") == "greedy" else "--",
                    label=f"eval {phase}: {r['mean_reward']:.3f} ({r['episodes']} eps)")
     ax.set_xlabel("RL update (weight version)")
     ax.set_ylabel("mean reward")
@@ -130,7 +133,13 @@ def plot_rewards(metrics_path: Path, png: Path, title: str = "") -> Path:
     ax.set_title(title or "RL reward")
     ax.legend(loc="lower right", fontsize=8)
     if sft:
-        ax2.plot([r["step"] for r in sft], [r["loss"] for r in sft], "-", color="tab:purple")
+        ax2.plot([r["step"] for r in sft], [r["loss"] for r in sft], "-", color="tab:purple", label="sft")
+        more = [r for r in records if r.get("kind") == "update" and r.get("phase") == "sft_more"]
+        if more:  # continued from the SFT checkpoint: drawn after its last step
+            last = sft[-1]["step"]
+            ax2.plot([last + r["step"] for r in more], [r["loss"] for r in more], "-", color="tab:orange",
+                     label="sft_more")
+            ax2.legend(loc="upper right", fontsize=8)
         ax2.set_yscale("log")
         checks = [r for r in sft if r.get("held_out_match") is not None]
         if checks:

@@ -61,6 +61,8 @@ class RLState:
     """RL wall time so far (all sessions), for ``minutes``."""
     cursor: dict[str, Any] | None = None
     dropped: dict[str, int] = field(default_factory=dict)
+    sampled_tokens: int = 0
+    """Completion tokens the farm sampled in the episodes the learner took (the sft_more arm's budget)."""
 
 
 Checkpointer = Callable[[RLState], Any]
@@ -187,6 +189,7 @@ class RLPhase:
                         s.updates + 1, len(groups))
         s.version += 1
         s.updates += 1
+        s.sampled_tokens += sum(len(turn.token_ids or ()) for g in groups for t in g for turn in t.turns)
         result = await publish(self.server_url, self.learner.module, s.version, session=session)
         self.inbox.weight_version = s.version
         lag = [s.version - 1 - x.version for x in useful if x.version is not None]

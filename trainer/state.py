@@ -1,6 +1,7 @@
 """The training loop's own state, saved in every checkpoint next to the RL phase's :class:`RLState`.
 
-    state.json "loop": {"phase": "rl", "sft_step": 1200, "sft_match": 0.56, ..., "rl": {RLState}}
+    state.json "loop": {"phase": "rl", "sft_step": 1200, "sft_match": 0.56, "more_step": 0, ...,
+                        "rl": {RLState}}
 
 The keys are :class:`LoopState`'s fields plus ``rl``; a checkpoint written before a field existed loads
 with that field's default, and keys this version does not know are ignored (a newer checkpoint read by an
@@ -15,7 +16,7 @@ from typing import Any, Literal
 
 from .rl import RLState
 
-Phase = Literal["sft", "rl", "eval"]
+Phase = Literal["sft", "rl", "sft_more", "eval"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,12 @@ class LoopState:
     """SFT steps taken."""
     sft_match: float | None = None
     """Held-out greedy match at which SFT stopped (None: it ran all its steps)."""
+    more_step: int = 0
+    """Steps of the sft_more arm taken."""
+    more_seconds: float = 0.0
+    """The sft_more arm's training time so far (all sessions)."""
+    more_tokens: int = 0
+    """Completion tokens the sft_more arm trained on so far."""
 
     def to_json(self, rl: RLState) -> dict[str, Any]:
         """The checkpoint's ``loop`` object."""

@@ -1,7 +1,9 @@
 """What ``envfarm train`` runs: one frozen config, stored as ``DIR/config.json`` (``--resume`` reads it back).
 
-Seeds: demonstrations, RL tasks and held-out evaluation tasks come from three disjoint seed ranges
-(``demo_seed``, ``rl_seed``, ``eval_seed`` upwards), so no evaluation task was trained on.
+Seeds (:class:`SeedRanges`, written in summary.json): SFT demonstrations, the fresh demonstrations of the
+``sft_more`` arm, RL tasks, validation and test come from disjoint seed ranges. Validation seeds serve
+every choice (SFT's held-out check, tuning runs with ``eval_split="validation"``); test seeds only the final
+numbers, so no reported task was trained on or tuned on.
 """
 
 from __future__ import annotations
@@ -15,10 +17,48 @@ from envfarm.errors import ConfigError
 from envfarm.rollout.farm import FarmConfig
 from envfarm.sandbox.values import DEFAULT_BACKEND
 
+from .teacher import TEACHERS, Teacher
+
 CONFIG_FILE = "config.json"
 SEED_RANGE = 1_000_000
 ENV_DEFAULTS: dict[str, Any] = {"tool_help": False}
 """Env arguments of every training run; ``--env-kwargs`` adds to them (see ``TrainConfig.env_kwargs``)."""
+
+
+@dataclass(frozen=True)
+class SeedRange:
+    """Seeds ``start`` (included) to ``stop`` (excluded)."""
+
+    start: int
+    stop: int
+
+    def overlaps(self, other: SeedRange) -> bool:
+        return self.start < other.stop and other.start < self.stop
+
+
+@dataclass(frozen=True)
+class SeedRanges:
+    """Where each use of a training run draws its tasks from; pairwise disjoint (:meth:`check`)."""
+
+    demos: SeedRange
+    """SFT demonstrations (the first ``sft_demos`` seeds of the demo range)."""
+    more_demos: SeedRange
+    """Fresh demonstrations for the ``sft_more`` arm."""
+    rl: SeedRange
+    """RL tasks."""
+    validation: SeedRange
+    """SFT's held-out check and tuning evaluations."""
+    test: SeedRange
+    """Final evaluations only."""
+
+    def check(self) -> None:
+        """ConfigError naming the first two ranges that overlap."""
+        named = list(asdict(self).items())
+        for i, (a, ra) in enumerate(named):
+            for b, rb in named[i + 1 :]:
+                if SeedRange(**ra).overlaps(SeedRange(**rb)):
+                    raise ConfigError(f"seed ranges {a} {ra} and {b} {rb} overlap: set demo_seed, rl_seed, "
+                                      f"val_seed and test_seed at least {SEED_RANGE:,} apart")
 
 
 @dataclass(frozen=True)
@@ -44,8 +84,13 @@ class TrainConfig:
     threads: int | None = None
     """torch intra-op threads (None: torch's default)."""
     # -- warm start
+    teacher: Teacher = "oracle"
+    """Who demonstrates for SFT: "oracle" (the env's reference solution) or "noisy" (the reference solution,
+    but the env's systematic mistake in a seeded ``teacher_error`` fraction of demos; see teacher.py)."""
+    teacher_error: float = 0.6
+    """Fraction of the noisy teacher's demonstrations that carry its mistake (ignored for the oracle)."""
     sft_demos: int = 2000
-    """Oracle demonstration episodes for SFT."""
+    """Teacher demonstration episodes for SFT."""
     sft_steps: int = 1500
     """Most SFT optimizer steps (0: no warm start); ``sft_target`` usually stops it earlier."""
     sft_batch: int = 8
@@ -53,8 +98,10 @@ class TrainConfig:
     sft_lr: float = 1e-3
     """SFT learning rate (AdamW, linear warm-up over the first 20 steps)."""
     sft_target: float = 0.5
-    """Stop SFT once greedy decoding reproduces this fraction of the held-out demonstrations (0: run all
-    ``sft_steps``). A competent warm start that leaves RL headroom; see sft.py."""
+    """Stop SFT once greedy decoding reproduces this fraction of what a greedy imitator can reproduce of the
+    held-out demonstrations (all of the oracle's; the share of the noisy teacher's most common behaviour,
+    ``max(teacher_error, 1 - teacher_error)``) (0: run all ``sft_steps``). A competent warm start; see
+    sft.py."""
     sft_check_every: int = 25
     """SFT steps between two held-out checks."""
     sft_held_out: int = 64
@@ -108,20 +155,32 @@ class TrainConfig:
     """Learner: padded tokens per micro-batch (gradient accumulation unit)."""
     checkpoint_every: int = 1
     """RL updates between checkpoints (SFT: every 100 steps)."""
+    # -- the sft_more arm
+    sft_more: bool = True
+    """Train and evaluate the sft_more arm: the SFT checkpoint trained on fresh teacher demos until it has
+    spent RL's wall time and trained on as many completion tokens as RL sampled (equal compute)."""
+    sft_more_demos: int = 2000
+    """Fresh teacher demonstrations for the sft_more arm (from their own seed range)."""
     # -- evaluation
     eval_episodes: int = 500
-    """Held-out tasks evaluated before and after RL (the same seeds)."""
+    """Held-out tasks on which every arm is evaluated (the same seeds for each arm and mode)."""
+    eval_split: Literal["test", "validation"] = "test"
+    """Which seed range the arms are evaluated on: "test" for the numbers reported, "validation" for tuning
+    runs (a tuned default never sees a test seed)."""
     demo_seed: int = SEED_RANGE
-    """First seed of the SFT demonstrations."""
+    """First seed of the SFT demonstrations; the ``sft_more`` arm's fresh ones start half a range later."""
     rl_seed: int = 2 * SEED_RANGE
     """First seed of the RL tasks."""
-    eval_seed: int = 3 * SEED_RANGE
-    """First seed of the held-out evaluation tasks."""
+    test_seed: int = 3 * SEED_RANGE
+    """First seed of the test range (final numbers only)."""
+    val_seed: int = 4 * SEED_RANGE
+    """First seed of the validation range (SFT's held-out check, tuning evaluations)."""
 
     def __post_init__(self) -> None:
         positive = {"sft_demos": self.sft_demos, "sft_batch": self.sft_batch, "group_size": self.group_size,
                     "prompts_per_update": self.prompts_per_update, "max_tokens": self.max_tokens,
                     "concurrency": self.concurrency, "max_batch": self.max_batch,
+                    "sft_more_demos": self.sft_more_demos,
                     "micro_batch_tokens": self.micro_batch_tokens, "checkpoint_every": self.checkpoint_every,
                     "eval_episodes": self.eval_episodes, "nproc": self.nproc,
                     "ppo_epochs": self.ppo_epochs}
@@ -129,6 +188,8 @@ class TrainConfig:
         bad += [f"{k}={v}" for k, v in {"sft_steps": self.sft_steps, "rl_updates": self.rl_updates,
                                          "max_staleness": self.max_staleness, "kl_coef": self.kl_coef,
                                          "temperature": self.temperature}.items() if v < 0]
+        if self.sft_demos > SEED_RANGE // 2:
+            bad.append(f"sft_demos={self.sft_demos} (at most {SEED_RANGE // 2:,}: half a seed range)")
         if not 0 <= self.sft_target <= 1 or self.sft_check_every < 1 or self.sft_held_out < 0:
             bad.append(f"sft_target={self.sft_target} (0..1), sft_check_every={self.sft_check_every}, "
                        f"sft_held_out={self.sft_held_out}")
@@ -140,14 +201,36 @@ class TrainConfig:
             raise ConfigError(f"invalid training options: {', '.join(bad)} (counts must be >= 1, rates > 0)")
         if self.group_size < 2:
             raise ConfigError(f"group_size {self.group_size}: GRPO needs at least 2 attempts per task")
+        if self.teacher not in TEACHERS or not 0 <= self.teacher_error <= 1:
+            raise ConfigError(f"teacher must be one of {', '.join(TEACHERS)} and teacher_error in 0..1, got "
+                              f"{self.teacher!r}, {self.teacher_error}")
         if self.loss_agg not in ("token", "sequence"):
             raise ConfigError(f"loss_agg must be 'token' or 'sequence', got {self.loss_agg!r}")
         if not isinstance(self.env_kwargs, dict):
             raise ConfigError(f"env_kwargs must be a JSON object, got {self.env_kwargs!r}")
-        ranges = sorted([self.demo_seed, self.rl_seed, self.eval_seed])
-        if ranges[1] - ranges[0] < SEED_RANGE or ranges[2] - ranges[1] < SEED_RANGE:
-            raise ConfigError("demo_seed, rl_seed and eval_seed must be at least 1,000,000 apart (disjoint "
-                              "tasks)")
+        if self.eval_split not in ("test", "validation"):
+            raise ConfigError(f"eval_split must be 'test' or 'validation', got {self.eval_split!r}")
+        self.seed_ranges().check()
+
+    def seed_ranges(self) -> SeedRanges:
+        """The seed range of every use (see the module docstring)."""
+        half = SEED_RANGE // 2
+        return SeedRanges(demos=SeedRange(self.demo_seed, self.demo_seed + min(self.sft_demos, half)),
+                          more_demos=SeedRange(self.demo_seed + half, self.demo_seed + SEED_RANGE),
+                          rl=SeedRange(self.rl_seed, self.rl_seed + SEED_RANGE),
+                          validation=SeedRange(self.val_seed, self.val_seed + SEED_RANGE),
+                          test=SeedRange(self.test_seed, self.test_seed + SEED_RANGE))
+
+    @property
+    def eval_seed(self) -> int:
+        """First seed of the arms' evaluations (test or validation, by ``eval_split``)."""
+        return self.test_seed if self.eval_split == "test" else self.val_seed
+
+    @property
+    def greedy_ceiling(self) -> float:
+        """The fraction of the teacher's demonstrations a deterministic (greedy) imitator can reproduce."""
+        e = self.teacher_error if self.teacher == "noisy" else 0.0
+        return max(e, 1.0 - e)
 
     def farm_config(self, *, episodes: int, seed: int, attempts: int = 1,
                     max_staleness: int | None = None) -> FarmConfig:
@@ -179,9 +262,11 @@ class TrainConfig:
                               "of an earlier `envfarm train`")
         try:
             data = json.loads(path.read_text())
+            if "eval_seed" in data:  # written before the validation/test split: its held-out range is test's
+                data["test_seed"] = data.pop("eval_seed")
             return cls(**data)
         except (ValueError, TypeError) as e:
             raise ConfigError(f"{path} is damaged ({e}); start a new run with another --out") from e
 
 
-__all__ = ["CONFIG_FILE", "ENV_DEFAULTS", "TrainConfig"]
+__all__ = ["CONFIG_FILE", "ENV_DEFAULTS", "SEED_RANGE", "SeedRange", "SeedRanges", "TrainConfig"]

@@ -77,11 +77,13 @@ def config_options() -> list[inspect.Parameter]:
     return params
 
 
-def train(out: Path | None = None, resume: Path | None = None, quiet: bool = False,
+def train(out: Path | None = None, resume: Path | None = None, repeats: int = 1, quiet: bool = False,
           **options: Any) -> None:
-    """SFT on teacher demos, then GRPO against the farm, then held-out evaluation of both policies."""
+    """SFT on teacher demos; then RL (GRPO against the farm) and SFT continued with RL's compute, from the
+    same SFT checkpoint; every arm evaluated greedy and sampled on the same held-out seeds."""
     from envfarm.trainer.loop import TrainProgress
     from envfarm.trainer.loop import train as run_train
+    from envfarm.trainer.repeats import train_repeats
 
     given = {k: v for k, v in options.items() if v is not None}
     if "env_kwargs" in given:
@@ -91,6 +93,9 @@ def train(out: Path | None = None, resume: Path | None = None, quiet: bool = Fal
     if resume is not None:
         if out is not None and out != resume:
             raise ConfigError("give either --out (a new run) or --resume (an existing one), not both")
+        if repeats > 1:
+            raise ConfigError("--repeats continues with the same --out DIR (finished runs are kept), not "
+                              "--resume")
         fixed = sorted(set(given) - RESUMABLE)
         if fixed:
             raise ConfigError(f"--resume continues the stored run; these options cannot change: "
@@ -103,9 +108,13 @@ def train(out: Path | None = None, resume: Path | None = None, quiet: bool = Fal
         config = TrainConfig().with_options(**given)
         folder = out
     progress = TrainProgress()
+    if repeats > 1:
+        spread = asyncio.run(_drive(train_repeats(config, folder, repeats, progress), progress, quiet))
+        console.print(_repeats_table(spread.to_json(), folder))
+        return
     work = run_train(config, folder, resume=resume is not None, progress=progress)
-    summary = asyncio.run(_drive(work, progress, quiet))
-    console.print(_summary_table(summary, folder))
+    result = asyncio.run(_drive(work, progress, quiet))
+    console.print(_summary_table(result.to_json(), folder))
 
 
 _OWN = [
@@ -113,6 +122,9 @@ _OWN = [
         Path | None, typer.Option(help="Training folder to create.")]),
     inspect.Parameter("resume", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
         Path | None, typer.Option(help="Continue this training folder.")]),
+    inspect.Parameter("repeats", inspect.Parameter.KEYWORD_ONLY, default=1, annotation=Annotated[
+        int, typer.Option(min=1, help="Independent runs (seed, seed+1, ...) in DIR/run-<k>; their spread "
+                                      "goes to DIR/repeats.json.")]),
     inspect.Parameter("quiet", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=Annotated[
         bool, typer.Option(help="No live progress.")]),
 ]
@@ -120,7 +132,7 @@ train.__signature__ = inspect.Signature([*_OWN, *config_options()])  # type: ign
 train.__annotations__ = {p.name: p.annotation for p in train.__signature__.parameters.values()}  # type: ignore[attr-defined]
 
 
-async def _drive(work: Any, progress: Any, quiet: bool) -> dict[str, Any]:
+async def _drive(work: Any, progress: Any, quiet: bool) -> Any:
     if quiet:
         return await work
     with Live(_progress_table(progress), console=err_console, refresh_per_second=2, transient=True) as live:
@@ -136,8 +148,8 @@ def _progress_table(p: Any) -> Table:
     table.add_row("phase", p.phase)
     if p.total:
         table.add_row("step", f"{p.step}/{p.total}")
-    if p.loss is not None and p.phase == "sft":
-        table.add_row("sft loss", f"{p.loss:.4f}")
+    if p.loss is not None and p.phase in ("sft", "sft_more"):
+        table.add_row(f"{p.phase} loss", f"{p.loss:.4f}")
     if p.reward is not None:
         table.add_row("reward (last batch)", f"{p.reward:.3f} at v{p.version}")
     for name, value in (p.evals or {}).items():
@@ -145,12 +157,46 @@ def _progress_table(p: Any) -> Table:
     return table
 
 
+def _ci(x: dict[str, Any], key: str) -> str:
+    lo, hi = x["ci95"]
+    return f"{x[key]:+.3f} [{lo:+.3f}, {hi:+.3f}]" if key == "diff" else f"{x[key]:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
 def _summary_table(summary: dict[str, Any], folder: Path) -> Table:
-    table = Table(title=f"envfarm train: {folder}", show_header=False)
-    for key in ("eval_before_rl", "eval_after_rl", "diff", "diff_ci95", "eval_episodes", "sft_steps",
-                "rl_updates", "wall_s"):
-        table.add_row(key, json.dumps(summary.get(key)))
-    table.add_row("files", f"{folder}/summary.json, metrics.jsonl, reward_curve.png, checkpoints/")
+    modes = ["greedy", "sampled"]
+    table = Table(title=f"envfarm train: {folder} ({summary['eval_episodes']} {summary['eval_split']} seeds, "
+                  f"teacher {summary['teacher']['name']})")
+    table.add_column("arm / difference")
+    for mode in modes:
+        table.add_column(f"{mode} (95% CI)")
+    for arm, scores in summary["arms"].items():
+        table.add_row(arm, *(_ci(scores[m], "mean") if m in scores else "-" for m in modes))
+    for name in ("rl_minus_sft_more", "rl_minus_sft"):
+        diffs = summary.get(name) or {}
+        if diffs:
+            table.add_row(name, *(_ci(diffs[m], "diff") if m in diffs else "-" for m in modes))
+    table.caption = (f"wall {summary['wall_s']} s; files: {folder}/summary.json, metrics.jsonl, "
+                     "reward_curve.png, checkpoints/")
+    return table
+
+
+def _repeats_table(spread: dict[str, Any], folder: Path) -> Table:
+    table = Table(title=f"envfarm train --repeats {len(spread['runs'])}: {folder}")
+    table.add_column("arm / difference")
+    for mode in ("greedy", "sampled"):
+        table.add_column(f"{mode}: mean ± std (min..max)")
+    def cell(x: dict[str, Any] | None) -> str:
+        if x is None:
+            return "-"
+        extra = f", CI>0 in {x['ci95_above_zero']}" if "ci95_above_zero" in x else ""
+        return f"{x['mean']:.3f} ± {x['std']:.3f} ({x['min']:.3f}..{x['max']:.3f}{extra})"
+    for arm, modes in spread["arms"].items():
+        table.add_row(arm, cell(modes.get("greedy")), cell(modes.get("sampled")))
+    for name in ("rl_minus_sft_more", "rl_minus_sft"):
+        modes = spread.get(name) or {}
+        if modes:
+            table.add_row(name, cell(modes.get("greedy")), cell(modes.get("sampled")))
+    table.caption = f"{folder}/repeats.json; each run's summary in {folder}/run-<k>/summary.json"
     return table
 
 

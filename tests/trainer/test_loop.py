@@ -16,8 +16,8 @@ import pytest
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
 TINY = ["--sft-steps", "3", "--sft-demos", "12", "--group-size", "2", "--prompts-per-update", "1",
-        "--ppo-epochs", "2", "--eval-episodes", "20", "--concurrency", "8", "--max-tokens", "8",
-        "--threads", "1", "--quiet"]
+        "--ppo-epochs", "2", "--eval-episodes", "20", "--sft-more-demos", "12", "--concurrency", "8",
+        "--max-tokens", "8", "--threads", "1", "--quiet"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
@@ -56,24 +56,36 @@ def test_train_kill_and_resume(tmp_path: Path) -> None:
                           timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
-    for key in ("eval_before_rl", "eval_after_rl", "eval_episodes", "diff_ci95"):
-        assert key in summary
-    assert summary["eval_episodes"] == 20 and len(summary["diff_ci95"]) == 2
-    assert summary["rl_updates"] == 3 and summary["final_version"] == 3
+    for arm in ("sft", "sft_more", "rl"):
+        for mode in ("greedy", "sampled"):
+            score = summary["arms"][arm][mode]
+            assert score["episodes"] == 20 and score["ci95"][0] <= score["mean"] <= score["ci95"][1]
+    for name in ("rl_minus_sft_more", "rl_minus_sft"):
+        assert set(summary[name]) == {"greedy", "sampled"}
+        assert all(set(d) == {"diff", "ci95"} for d in summary[name].values())
+    assert summary["seeds"]["eval"] == [3_000_000, 3_000_020] and summary["teacher"]["name"] == "oracle"
+    compute = summary["compute"]
+    assert compute["rl"]["updates"] == 3 and summary["final_version"] == 3
+    assert compute["sft_more"]["seconds"] >= compute["rl"]["seconds"]  # equal compute, at least
+    assert compute["sft_more"]["tokens"] >= compute["rl"]["sampled_tokens"] > 0
     assert _rl_updates(out) == [1, 2, 3]  # resumed from the last checkpoint: each update logged once
     records = _records(out)
     assert {r["kind"] for r in records} == {"update", "publish", "eval"}
     assert all("time" in r for r in records)
     publishes = [r for r in records if r["kind"] == "publish"]
     assert [p["version"] for p in publishes] == [1, 2, 3] and all(p["bytes"] > 0 for p in publishes)
-    assert [r["phase"] for r in records if r["kind"] == "eval"] == ["before_rl", "after_rl"]
+    evals = [f"{arm}-{mode}" for arm in ("sft", "rl", "sft_more") for mode in ("greedy", "sampled")]
+    assert [r["phase"] for r in records if r["kind"] == "eval"] == evals
+    more = [r["step"] for r in records if r["kind"] == "update" and r["phase"] == "sft_more"]
+    assert more == list(range(1, compute["sft_more"]["steps"] + 1))
     assert (out / "reward_curve.png").stat().st_size > 1000
     assert any((out / "tensorboard").iterdir())
     latest = (out / "checkpoints" / "latest").read_text().strip()
-    assert latest == "rl-000003"
+    assert latest == "sft_more"
     for name in ("model.safetensors", "optimizer.safetensors", "state.json", "policy/spec.json"):
         assert (out / "checkpoints" / latest / name).exists()
-    for run in ("demos", "eval-before_rl", "rl", "eval-after_rl"):
+    assert (out / "checkpoints" / "rl-000003" / "model.safetensors").exists()
+    for run in ("demos", "val-demos", "more-demos", "rl", *(f"eval-{e}" for e in evals)):
         assert (out / "runs" / run / "run.json").exists()
     demo = json.loads((out / "runs" / "demos" / "spool.jsonl").read_text().splitlines()[0])
     assert "Tools:" not in demo["messages"][0]["content"]  # tool_help off: the tools come through the API

@@ -54,7 +54,7 @@ def test_error_zero_is_the_oracle_and_bad_teachers_are_config_errors() -> None:
     assert isinstance(make_teacher("oracle"), OraclePolicy)
     with pytest.raises(ConfigError, match="unknown teacher"):
         make_teacher("sloppy")
-    with pytest.raises(ConfigError, match="0..1"):
+    with pytest.raises(ConfigError, match=r"0\.\.1"):
         NoisyTeacher(1.5)
 
     class NoMistakes:

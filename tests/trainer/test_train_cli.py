@@ -20,7 +20,7 @@ def test_one_option_per_config_field() -> None:
     assert [p.name for p in train_cmd.config_options()] == [f.name for f in fields(TrainConfig)]
     command = typer.main.get_command(app).commands["train"]  # type: ignore[attr-defined]
     params = {p.name: p for p in command.params}
-    assert set(params) == {f.name for f in fields(TrainConfig)} | {"out", "resume", "quiet"}
+    assert set(params) == {f.name for f in fields(TrainConfig)} | {"out", "resume", "repeats", "quiet"}
     names = [o for p in command.params for o in p.opts]
     assert len(names) == len(set(names)) and "--env" in names and "--sft-lr" in names
     assert all(params[f.name].help.strip(". ") for f in fields(TrainConfig))  # every field documented
