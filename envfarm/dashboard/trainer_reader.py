@@ -5,10 +5,15 @@ metrics.jsonl holds one JSON object per line, each with ``kind`` and ``time`` (u
     {"kind": "update", "step": 12, "phase": "sft"|"rl", "loss": 0.8, "reward_mean": 0.4|null, "kl": ...|null,
      "clip_frac": ...|null, "lr": 3e-4, "samples": 128, "tokens": 40960, "version": 3}
     {"kind": "publish", "version": 3, "bytes": 3400000, "seconds": 0.02}
-    {"kind": "eval", "phase": "before_rl"|"after_rl", "mean_reward": 0.61, "episodes": 1000}
+    {"kind": "eval", "phase": "rl-greedy", "arm": "rl", "mode": "greedy", "mean_reward": 0.61,
+     "episodes": 1000}
 
-summary.json has at least eval_before_rl, eval_after_rl, eval_episodes and diff_ci95 ([lo, hi]). Missing
-fields are None; unknown kinds are counted and otherwise ignored; a line that is not a JSON object is skipped.
+summary.json (envfarm/trainer/summary.py) has ``arms.<arm>.<mode>`` = {mean, ci95, episodes} for the arms
+sft, sft_more, rl and the modes greedy, sampled, and ``rl_minus_sft_more.<mode>``, ``rl_minus_sft.<mode>`` =
+{diff, ci95}; a run of an older trainer has eval_before_rl, eval_after_rl, eval_episodes and diff_ci95 and
+eval records with phase before_rl/after_rl (read as the sft and rl arms, sampled). The view's ``arms`` comes
+from the summary once it exists, from the eval records (means only) while the run goes on. Missing fields
+are None; unknown kinds are counted and otherwise ignored; a line that is not a JSON object is skipped.
 """
 
 from __future__ import annotations
@@ -56,8 +61,37 @@ class Publish:
 class Eval:
     time: float | None = None
     phase: str | None = None
+    arm: str | None = None
+    mode: str | None = None
     mean_reward: float | None = None
     episodes: int | None = None
+
+
+ARMS = ("sft", "sft_more", "rl")
+MODES = ("greedy", "sampled")
+LEGACY_PHASES = {"before_rl": ("sft", "sampled"), "after_rl": ("rl", "sampled")}
+"""Eval phases of the trainer before the three arms, as (arm, mode)."""
+
+
+def arms_view(summary: Mapping[str, Any] | None, evals: list[Eval]) -> dict[str, Any]:
+    """``{"arms": {arm: {mode: {mean, ci95, episodes}}}, "diffs": {name: {mode: {diff, ci95}}}}``: from
+    summary.json when it has arms, else the newest eval record of each (arm, mode) (ci95 None)."""
+    if summary and isinstance(summary.get("arms"), Mapping):
+        diffs = {k: summary[k] for k in ("rl_minus_sft_more", "rl_minus_sft") if isinstance(summary.get(k),
+                                                                                             Mapping)}
+        return {"arms": dict(summary["arms"]), "diffs": diffs}
+    arms: dict[str, dict[str, Any]] = {}
+    for e in evals:
+        arm, mode = (e.arm, e.mode) if e.arm and e.mode else LEGACY_PHASES.get(e.phase or "", (None, None))
+        if arm is not None and mode is not None and e.mean_reward is not None:
+            arms.setdefault(arm, {})[mode] = {"mean": e.mean_reward, "ci95": None, "episodes": e.episodes}
+    diffs: dict[str, Any] = {}
+    if summary and isinstance(summary.get("diff_ci95"), list) and summary.get("eval_after_rl") is not None \
+            and summary.get("eval_before_rl") is not None:
+        diff = summary["eval_after_rl"] - summary["eval_before_rl"]
+        diffs["rl_minus_sft"] = {"sampled": {"diff": round(diff, 4), "ci95": summary["diff_ci95"]}}
+    order = (*ARMS, *sorted(set(arms) - set(ARMS)))
+    return {"arms": {a: arms[a] for a in order if a in arms}, "diffs": diffs}
 
 
 KINDS: dict[str, type[Update] | type[Publish] | type[Eval]] = {"update": Update, "publish": Publish,
@@ -134,7 +168,8 @@ class TrainerRun:
             self.evals.append(rec)
 
     def view(self) -> dict[str, Any]:
-        """The training view's JSON: update curves (at most MAX_POINTS), publishes, evals, summary."""
+        """The training view's JSON: update curves (at most MAX_POINTS), publishes, evals, summary, and the
+        arms and their differences (:func:`arms_view`)."""
         self.refresh()
         with self._lock:
             shown = _thin(self.updates)
@@ -144,9 +179,10 @@ class TrainerRun:
                 "updates": [asdict(u) for u in shown], "n_updates": len(self.updates),
                 "last": asdict(last) if last else None,
                 "publishes": [asdict(p) for p in self.publishes], "evals": [asdict(e) for e in self.evals],
-                "summary": self.summary, "kinds": dict(self.kinds), "bad_lines": self.bad_lines,
+                "summary": self.summary, **arms_view(self.summary, self.evals),
+                "kinds": dict(self.kinds), "bad_lines": self.bad_lines,
                 "unknown_kinds": sorted(k for k in self.kinds if k not in KINDS),
             }
 
 
-__all__ = ["Eval", "Publish", "TrainerRun", "Update"]
+__all__ = ["Eval", "Publish", "TrainerRun", "Update", "arms_view"]

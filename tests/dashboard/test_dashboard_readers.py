@@ -235,7 +235,7 @@ def test_the_trainers_own_metrics_writer(tmp_path: Path) -> None:
     m = Metrics(tmp_path / "t", tensorboard=False)
     m.update(step=1, phase="sft", loss=2.0, reward_mean=None, kl=None, clip_frac=None, lr=1e-3, samples=8,
              tokens=100, version=0, grad_norm=1.5)
-    m.eval(phase="before_rl", mean_reward=0.25, episodes=8, infra_errors=0)
+    m.eval(arm="sft", mode="sampled", mean_reward=0.25, episodes=8, infra_errors=0)
     m.update(step=1, phase="rl", loss=0.1, reward_mean=0.5, kl=0.01, clip_frac=0.2, lr=3e-4, samples=32,
              tokens=900, version=1)
     m.publish(version=1, bytes=1000, seconds=0.5)

@@ -3,7 +3,8 @@
 
 const state = {sources: [], stream: null, route: null, browser: {seq: 0, lastDone: null}};
 const SHOWN_PUBLISHES = 20;
-const PHASE_COLORS = {sft: "#1f6feb", rl: "#d97706"};
+const PHASE_COLORS = {sft: "#1f6feb", rl: "#d97706", sft_more: "#7c3aed"};
+const ARM_COLORS = {sft: "#1f6feb", sft_more: "#7c3aed", rl: "#16a34a"};
 const KIND_LABEL = {farm: "Farm runs", trainer: "Training", harness: "Harness"};
 
 async function api(path) {
@@ -113,10 +114,10 @@ function renderTrainer(main, src, d) {
   const phases = [...new Set(u.map((x) => x.phase).filter(Boolean))];
   const byPhase = (key) => (phases.length ? phases : [null]).map((p) => ({name: p || key, points: pts(key, p), color: PHASE_COLORS[p]}));
   const pubs = d.publishes || [], t0 = Math.min(...pubs.map((p) => p.time ?? Infinity), ...u.map((x) => x.time ?? Infinity));
-  const evals = d.evals || [], s = d.summary || {};
-  const ev = (phase) => evals.filter((e) => e.phase === phase).slice(-1)[0];
-  const before = s.eval_before_rl ?? (ev("before_rl") || {}).mean_reward, after = s.eval_after_rl ?? (ev("after_rl") || {}).mean_reward;
-  const ci = Array.isArray(s.diff_ci95) ? s.diff_ci95 : null;
+  const evals = d.evals || [], arms = d.arms || {}, diffs = d.diffs || {};
+  // the headline: RL minus the strongest baseline evaluated (sft_more, else sft), sampled, else greedy
+  const headName = diffs.rl_minus_sft_more ? "rl_minus_sft_more" : "rl_minus_sft", headDiffs = diffs[headName] || {};
+  const headMode = headDiffs.sampled ? "sampled" : "greedy", head = headDiffs[headMode];
   put(main,
     h("div", {class: "title-row"}, h("h1", {}, `Training · ${src.name}`)),
     h("p", {class: "muted"}, src.path),
@@ -127,8 +128,8 @@ function renderTrainer(main, src, d) {
       card("loss", fmtNum(last.loss), "train-loss", last.lr !== undefined ? `lr ${fmtNum(last.lr)}` : null),
       card("reward (batch)", fmtNum(last.reward_mean, 3), "train-reward", last.kl !== null && last.kl !== undefined ? `kl ${fmtNum(last.kl)}` : null),
       card("weight version", last.version ?? "–", "train-version", `${(d.publishes || []).length} published`),
-      card("eval after − before", before !== undefined && after !== undefined ? fmtNum(after - before, 3) : "–", "train-eval-diff",
-        ci ? `95% CI [${fmtNum(ci[0], 3)}, ${fmtNum(ci[1], 3)}]` : null)),
+      card(head ? `${headName.replaceAll("_", " ").replace("minus", "−")} (${headMode})` : "RL − baseline", head ? fmtNum(head.diff, 3) : "–", "train-eval-diff",
+        head && head.ci95 ? `95% CI [${fmtNum(head.ci95[0], 3)}, ${fmtNum(head.ci95[1], 3)}]` : null)),
     h("div", {class: "charts"},
       // each phase counts its own steps (SFT 1..n, then RL 1..m): one loss chart per phase
       (phases.length ? phases : [null]).map((p) => lineChart({title: p ? `loss · ${p}` : "loss",
@@ -139,9 +140,11 @@ function renderTrainer(main, src, d) {
       extraKeys(u).map((k) => lineChart({title: k, series: byPhase(k), xLabel: "step", legend: phases.length > 1})),
       lineChart({title: "weight versions published", series: [{name: "version", points: pubs.filter((p) => p.time).map((p) => [(p.time - t0) / 60, p.version]), color: "#7c3aed"}],
         xLabel: "min", yMin: 0, empty: "no weights published yet"}),
-      barChart({title: `eval: before vs after RL${s.eval_episodes ? ` (${s.eval_episodes} episodes)` : ""}`,
-        bars: [before !== undefined && before !== null ? {label: "before RL", value: before} : null,
-          after !== undefined && after !== null ? {label: "after RL", value: after, color: "#16a34a"} : null].filter(Boolean)})),
+      ["greedy", "sampled"].map((mode) => barChart({title: `arms · ${mode} (95% CI)`,
+        bars: Object.entries(arms).filter(([, m]) => m[mode]).map(([arm, m]) => ({label: arm, value: m[mode].mean, color: ARM_COLORS[arm],
+          lo: m[mode].ci95 ? m[mode].ci95[0] : null, hi: m[mode].ci95 ? m[mode].ci95[1] : undefined}))}))),
+    h("h2", {}, "Arms"),
+    armsTable(arms, diffs),
     h("h2", {}, "Evaluations"),
     evals.length ? h("table", {class: "grid-table", id: "evals"}, h("thead", {}, h("tr", {}, ["phase", "mean reward", "episodes", "time"].map((c) => h("th", {}, c)))),
       h("tbody", {}, evals.map((e) => h("tr", {}, h("td", {}, e.phase ?? "–"), h("td", {}, fmtNum(e.mean_reward, 4)), h("td", {}, e.episodes ?? "–"), h("td", {}, when(e.time))))))
@@ -155,6 +158,21 @@ function renderTrainer(main, src, d) {
     d.summary ? h("details", {}, h("summary", {}, "summary.json"), h("pre", {class: "small"}, JSON.stringify(d.summary, null, 2))) : null,
     d.unknown_kinds.length || d.bad_lines ? h("p", {class: "muted small"}, `ignored: ${d.unknown_kinds.join(", ")} ${d.bad_lines ? `${d.bad_lines} unreadable lines` : ""}`) : null,
   );
+}
+
+// The three arms (rows) by evaluation mode (columns): mean [95% CI] and episodes; then RL minus each baseline.
+function armsTable(arms, diffs) {
+  const names = Object.keys(arms);
+  if (!names.length) return h("p", {class: "muted"}, "no arm evaluated yet");
+  const modes = ["greedy", "sampled"];
+  const ci = (x) => (x && x.ci95 ? ` [${fmtNum(x.ci95[0], 3)}, ${fmtNum(x.ci95[1], 3)}]` : "");
+  const score = (x) => (x ? `${fmtNum(x.mean, 3)}${ci(x)} · ${x.episodes ?? "–"} eps` : "–");
+  const diff = (x) => (x ? `${x.diff >= 0 ? "+" : ""}${fmtNum(x.diff, 3)}${ci(x)}` : "–");
+  return h("table", {class: "grid-table", id: "arms"},
+    h("thead", {}, h("tr", {}, ["arm", ...modes].map((c) => h("th", {}, c)))),
+    h("tbody", {}, names.map((arm) => h("tr", {}, h("td", {}, arm), modes.map((m) => h("td", {}, score(arms[arm][m]))))),
+      Object.entries(diffs).map(([name, d]) => h("tr", {class: "diff"}, h("td", {}, name.replaceAll("_", " ").replace("minus", "−")),
+        modes.map((m) => h("td", {}, diff(d[m])))))));
 }
 
 // Extra numeric keys of the update records (at most four charts), in order of first appearance.
