@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from envfarm.dashboard.trainer_reader import TrainerRun
 from envfarm.trainer.metrics import Metrics
 
@@ -39,3 +41,30 @@ def test_a_run_before_the_arms(tmp_path: Path) -> None:
     view = TrainerRun(tmp_path).view()
     assert view["arms"]["sft"]["sampled"]["mean"] == 0.41 and view["arms"]["rl"]["sampled"]["mean"] == 0.73
     assert view["diffs"] == {"rl_minus_sft": {"sampled": {"diff": 0.32, "ci95": [0.29, 0.35]}}}
+
+
+@pytest.mark.bwrap  # with the browser tests (chromium + chromedriver)
+def test_the_training_view_draws_the_arms(tmp_path: Path) -> None:
+    from dashboard_browser import available, browser, console_errors, text_of, wait_for
+    from dashboard_support import serve_in_thread, write_trainer_run
+    from selenium.webdriver.common.by import By
+
+    from envfarm.dashboard.sources import discover
+
+    assert available() is None, available()
+    folder = write_trainer_run(tmp_path / "train")
+    score = {"mean": 0.7, "ci95": [0.66, 0.74], "episodes": 500}
+    (folder / "summary.json").write_text(json.dumps({
+        "arms": {a: {"greedy": score, "sampled": score} for a in ("sft", "sft_more", "rl")},
+        "rl_minus_sft_more": {"greedy": {"diff": 0.2, "ci95": [0.15, 0.25]},
+                              "sampled": {"diff": 0.125, "ci95": [0.1, 0.15]}},
+        "rl_minus_sft": {"greedy": {"diff": 0.6, "ci95": [0.55, 0.65]}}}))
+    with browser() as driver, serve_in_thread([folder]) as url:
+        ids = {s.kind: s.id for s in discover([folder])}
+        driver.get(f"{url}#/trainer/{ids['trainer']}")
+        wait_for(driver, "#arms")
+        rows = [r.text for r in driver.find_elements(By.CSS_SELECTOR, "#arms tbody tr")]
+        assert [r.split()[0] for r in rows] == ["sft", "sft_more", "rl", "rl", "rl"]
+        assert "0.700 [0.660, 0.740] · 500 eps" in rows[0] and "+0.200 [0.150, 0.250]" in rows[3]
+        assert text_of(driver, "#train-eval-diff") == "0.125"  # RL - sft_more, sampled
+        assert console_errors(driver) == []
