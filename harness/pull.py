@@ -25,6 +25,7 @@ here block (docker); the ImageBuilder calls them through ``asyncio.to_thread``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import tempfile
@@ -32,7 +33,7 @@ import time
 from pathlib import Path
 
 import requests
-from docker.errors import APIError, ContainerError, DockerException, ImageNotFound
+from docker.errors import APIError, DockerException, ImageNotFound
 
 from envfarm.errors import HarnessError, ImageMismatch, ImagePullError, tail
 from envfarm.sandbox import dockerutil, imagebuild
@@ -48,7 +49,7 @@ log = logging.getLogger(__name__)
 OFFICIAL = "swebench/sweb.eval.x86_64.{name}:latest"
 OFFICIAL_TESTBED = "/testbed"
 CONDA_PATH = "/opt/miniconda3/envs/testbed/bin:/opt/miniconda3/bin"
-PULL_TIMEOUT_S = 3600
+PROBE_TIMEOUT_S = 120
 SEP = "\x1f"
 
 ADAPTER_DOCKERFILE = """\
@@ -57,7 +58,7 @@ ARG BASE
 FROM ${{BASE}}
 USER root
 COPY adapt.sh /tmp/envfarm-adapt.sh
-RUN bash /tmp/envfarm-adapt.sh && rm -f /tmp/envfarm-adapt.sh
+RUN bash /tmp/envfarm-adapt.sh {base_commit} && rm -f /tmp/envfarm-adapt.sh
 """
 
 ADAPT_SCRIPT = f"""\
@@ -72,7 +73,7 @@ git rev-list --objects "$tree" | git pack-objects --stdout -q | git -C "$new" in
 export GIT_AUTHOR_NAME=envfarm GIT_AUTHOR_EMAIL=envfarm@localhost GIT_COMMITTER_NAME=envfarm \\
     GIT_COMMITTER_EMAIL=envfarm@localhost GIT_AUTHOR_DATE=2000-01-01T00:00:00+0000 \\
     GIT_COMMITTER_DATE=2000-01-01T00:00:00+0000
-commit=$(echo "envfarm snapshot of {{base_commit}}" | git -C "$new" commit-tree "$tree")
+commit=$(echo "envfarm snapshot of $1" | git -C "$new" commit-tree "$tree")
 git -C "$new" update-ref refs/heads/main "$commit"
 rm -rf .git && mv "$new/.git" .git && rmdir "$new"
 git reset -q
@@ -216,13 +217,23 @@ PROBE = (
 def _probe(ref: str, folder: str) -> dict[str, str]:
     """HEAD, tree, parent, message and size of the repository at ``folder`` in ``ref`` (one run, no
     network, no mounts)."""
-    try:
-        out = dockerutil.client().containers.run(
-            ref, ["bash", "-c", PROBE, "probe", folder], network_mode="none", remove=True,
-            user="0:0", stdout=True, stderr=False, labels={"envfarm.harness.probe": "1"},
-        )
-    except (ContainerError, ImageNotFound, APIError, DockerException, requests.RequestException) as e:
+    container = None
+    try:  # create/start/wait/logs: containers.run() can return before the output is readable
+        container = dockerutil.client().containers.create(
+            ref, ["bash", "-c", PROBE, "probe", folder], network_mode="none", user="0:0",
+            labels={"envfarm.harness.probe": "1"}, log_config={"Type": "json-file", "Config": {}},
+        )  # fmt: skip
+        container.start()
+        status = container.wait(timeout=PROBE_TIMEOUT_S).get("StatusCode")
+        out = container.logs(stdout=True, stderr=False)
+        if status != 0:
+            raise ImageMismatch(f"cannot look into {ref}: the probe exited {status} ({tail(out.decode())})")
+    except (ImageNotFound, APIError, DockerException, requests.RequestException) as e:
         raise ImageMismatch(f"cannot look into {ref} (`bash`, `git` and `du` must run in it): {e}") from e
+    finally:
+        if container is not None:
+            with contextlib.suppress(DockerException, requests.RequestException):
+                container.remove(force=True)
     fields = out.decode(errors="replace").strip("\n").split(SEP)
     if len(fields) != 5:
         text = tail(out.decode(errors="replace"))
@@ -234,8 +245,9 @@ def adapt(plan: Plan, ref: str, image_id: str, repo_bytes: int) -> BuiltImage:
     """The adapter layer over an official image (module docstring); cached by the pulled image's id."""
     start = time.monotonic()
     inst = plan.instance
-    script = ADAPT_SCRIPT.format(base_commit=inst.base_commit)
-    text = "\0".join(["envfarm-pulled", BUILDER_VERSION, image_id, ADAPTER_DOCKERFILE, script])
+    script = ADAPT_SCRIPT
+    dockerfile = ADAPTER_DOCKERFILE.format(instance_id=inst.instance_id, base_commit=inst.base_commit)
+    text = "\0".join(["envfarm-pulled", BUILDER_VERSION, image_id, dockerfile, script])
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     tag = f"envfarm/sweb.pulled.{inst.instance_id}:{digest}".lower()
     if dockerutil.get_image(tag) is not None:
@@ -254,7 +266,7 @@ def adapt(plan: Plan, ref: str, image_id: str, repo_bytes: int) -> BuiltImage:
     recipe = base_of(plan.env)
     with tempfile.TemporaryDirectory(prefix="envfarm-pulled-") as tmp:
         folder = Path(tmp)
-        (folder / "Dockerfile").write_text(ADAPTER_DOCKERFILE.format(instance_id=inst.instance_id))
+        (folder / "Dockerfile").write_text(dockerfile)
         (folder / "adapt.sh").write_text(script)
         spec = imagebuild.LayerSpec(folder, tag, ref, labels, digest, recipe.python, recipe.glibc)
         imagebuild.build_layer(spec)
