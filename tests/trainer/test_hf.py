@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers  # make setup installs the hf extra: a missing one fails here, not a silent skip
+from hf_support import bpe_tokenizer
 
 from envfarm.trainer.generate import generate
 from envfarm.trainer.policy import load_policy, save_policy
@@ -26,26 +27,8 @@ TOOLS = [{"type": "function", "function": {"name": "calc", "parameters": {"type"
     "expr": {"type": "string"}}}}}]
 
 
-def _tokenizer(chat_template: str | None) -> transformers.PreTrainedTokenizerFast:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tk.decoder = decoders.ByteLevel()
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=specials,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    corpus = ["What is 3*4? Use the calc tool.", '{"name": "calc", "arguments": {"expr": "3*4"}}']
-    tk.train_from_iterator(corpus, trainer)
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|im_end|>",
-                                                pad_token="<|endoftext|>")
-    if chat_template:
-        fast.chat_template = chat_template
-    return fast
-
-
 def _save(folder: Path, kind: str, chat_template: str | None) -> Path:
-    tok = _tokenizer(chat_template)
+    tok = bpe_tokenizer(chat_template)
     if kind == "llama":
         cfg = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
                                        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,

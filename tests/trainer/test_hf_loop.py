@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from hf_support import bpe_tokenizer
 
 from envfarm.envs.tool_use.word_problems import make_problem
 from envfarm.rollout.trajectory import Trajectory
@@ -35,22 +36,11 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def _qwen2(folder: Path) -> Path:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
     rng = np.random.default_rng(0)
     problems = [make_problem(rng, level) for level in (1, 2, 3) for _ in range(40)]
     corpus = [p.text for p in problems] + [f'<tool_call>\n{{"name": "calc", "arguments": {{"expr": '
                                            f'"{p.expression}"}}}}\n</tool_call>' for p in problems]
-    tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tk.decoder = decoders.ByteLevel()
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=specials,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tk.train_from_iterator(corpus, trainer)
-    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|im_end|>",
-                                               pad_token="<|endoftext|>")
-    tok.chat_template = CHATML
+    tok = bpe_tokenizer(CHATML, corpus, vocab_size=600)
     cfg = transformers.Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
                                    num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
                                    max_position_embeddings=1024, eos_token_id=tok.eos_token_id,
