@@ -3,10 +3,19 @@
     python bench/mine.py                                  # 5 projects, 44 tasks each, a fresh work folder
     python bench/mine.py --max-tasks 5 --packages cachetools==8.0.2 python-slugify==9.2.0   # a smoke run
     python bench/mine.py --out out/mine/tasks.jsonl --resume   # reuse the work folder (a resumed run)
+    nice -n 15 python bench/mine.py --packages-file bench/packages-catalogue.txt   # the catalogue (resumable)
+    python bench/mine.py --packages-file bench/packages-catalogue.txt --summarize  # figures so far, no run
 
 The target of issue #5: >= 200 harness-validated tasks from >= 5 projects in one command within 30 minutes.
 Reported: tasks per project, mutants tried/kept/validated, the verdict mix, prepare/mining/validation
 times, the wall time, and the load average before and after (the machine may be shared: read the load).
+
+With ``--packages-file`` (issue #19) it mines a catalogue (``envfarm tasks mine --packages-file``) into
+``--catalogue`` (default ``out/catalogue/``), always resuming, and rewrites ``--json`` after every project:
+per project its status, tasks, seconds, where its tests were found and why it was skipped or failed;
+totals; and tasks per hour and per core-hour over the wall time of every invocation so far (recorded in
+the JSON: a resumed run adds to it). Core-hours are wall hours x the machine's cores, an upper bound of
+what the run had on a shared machine (read the load averages beside it).
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from envfarm.envs.code_repair.factory.catalogue import catalogue, read_packages_file
 from envfarm.envs.code_repair.factory.mine import MineConfig, Progress, mine
 from envfarm.sandbox.values import IMAGE_BACKEND
 
@@ -36,8 +46,16 @@ def main() -> None:
     ap.add_argument("--backend", default=IMAGE_BACKEND)
     ap.add_argument("--out", type=Path, default=Path("out/bench-mine/tasks.jsonl"))
     ap.add_argument("--resume", action="store_true", help="keep the work folder of an earlier run")
-    ap.add_argument("--json", type=Path, default=Path("bench/results/mine.json"))
+    ap.add_argument("--json", type=Path, default=None, help="default bench/results/mine.json, "
+                    "bench/results/catalogue.json with --packages-file")
+    ap.add_argument("--packages-file", type=Path, help="mine a catalogue of these NAME==VERSION lines")
+    ap.add_argument("--catalogue", type=Path, default=Path("out/catalogue"))
+    ap.add_argument("--summarize", action="store_true", help="write the catalogue's figures so far, no run")
     args = ap.parse_args()
+    if args.packages_file is not None:
+        run_catalogue(args)
+        return
+    args.json = args.json or Path("bench/results/mine.json")
     work = args.out.parent / f"{args.out.name}.work"
     if not args.resume and work.exists():
         shutil.rmtree(work)
@@ -77,6 +95,86 @@ def main() -> None:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2))
     print(f"wrote {args.json}")
+
+
+def run_catalogue(args: argparse.Namespace) -> None:
+    path = args.json or Path("bench/results/catalogue.json")
+    packages = read_packages_file(args.packages_file)
+    earlier = json.loads(path.read_text()).get("invocations", []) if path.is_file() else []
+    this = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "wall_s": 0.0, "load_before": _load()}
+    t0 = time.monotonic()
+
+    def write(final: bool = False) -> None:
+        this["wall_s"] = round(time.monotonic() - t0, 1)
+        this["load_now"] = _load()
+        figures = catalogue_figures(args.catalogue, packages, [*earlier, this], args.packages_file)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(figures, indent=1))
+        if final:
+            print(json.dumps({k: v for k, v in figures.items() if k != "per_project"}, indent=1))
+            print(f"wrote {path}")
+
+    if args.summarize:
+        this["summarize_only"] = True
+        write(final=True)
+        return
+    config = MineConfig(packages=packages, out=args.catalogue, max_tasks=args.max_tasks, jobs=args.jobs,
+                        backend=args.backend, validate_workers=2)
+
+    def on_progress(ev: Progress) -> None:
+        if ev.stage in ("prepare", "project", "cached"):
+            now = time.monotonic() - t0
+            print(f"[{now:6.0f}s] {ev.stage} {ev.package} {ev.done} {ev.detail}", flush=True)
+
+    try:
+        asyncio.run(catalogue(config, progress=on_progress, on_project=lambda entry: write()))
+    finally:
+        write(final=True)
+
+
+def catalogue_figures(folder: Path, packages: tuple[str, ...], invocations: list[dict[str, object]],
+                      packages_file: Path) -> dict[str, object]:
+    """The bench JSON of a catalogue folder: per project, totals, tasks per (core-)hour."""
+    book = folder / "catalogue.json"
+    projects = json.loads(book.read_text())["projects"] if book.is_file() else []
+    listed = set(packages)
+    rows = [p for p in projects if p["package"] in listed]
+    tasks = sum(p["tasks"] for p in rows)
+    wall_h = sum(float(i["wall_s"]) for i in invocations) / 3600  # type: ignore[arg-type]
+    cpus = os.cpu_count() or 1
+    with_tasks = [p for p in rows if p["tasks"]]
+    return {
+        "packages_file": str(packages_file),
+        "catalogue": str(folder),
+        "projects_listed": len(packages),
+        "projects_tried": len(rows),
+        "projects_with_tasks": len(with_tasks),
+        "tasks": tasks,
+        "in_package_projects": sorted(p["package"] for p in rows if p["report"].get("in_package")),
+        "testpaths_projects": sorted(p["package"] for p in rows
+                                     if str(p["report"].get("origin", "")).startswith("testpaths")),
+        "skipped": {p["package"]: f"{p['reason']}: {p['detail'][:300]}" for p in rows
+                    if p["status"] == "skipped"},
+        "failed": {p["package"]: p["detail"][:300] for p in rows if p["status"] == "failed"},
+        "no_tasks": sorted(p["package"] for p in rows if p["status"] == "done" and not p["tasks"]),
+        "wall_h": round(wall_h, 3),
+        "cpus": cpus,
+        "tasks_per_hour": round(tasks / wall_h, 1) if wall_h else None,
+        "tasks_per_core_hour": round(tasks / (wall_h * cpus), 1) if wall_h else None,
+        "invocations": invocations,
+        "per_project": [{"package": p["package"], "status": p["status"], "tasks": p["tasks"],
+                         "time_s": p["time_s"], "reason": p["reason"],
+                         **{k: p["report"].get(k) for k in REPORTED}}
+                        for p in rows],
+    }
+
+
+REPORTED = ("origin", "in_package", "test_files", "tests_passing", "candidates", "tried", "kept", "validated",
+            "verdicts")
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 if __name__ == "__main__":
