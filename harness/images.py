@@ -11,7 +11,7 @@ wheelhouse, ``docker build`` with ``network_mode="none"``). The env hash is :fun
 generated recipe plus the base hash; the instance hash covers the env hash, the base commit and the build
 script, so an instance image is found again without the repository. Harness images carry the label
 ``envfarm.harness`` (``env``/``instance``), not ``envfarm=1``: ``envfarm images prune`` leaves them alone and
-``envfarm harness images prune`` manages them.
+``envfarm harness images list|prune`` (disk.py) manage them.
 
 Where the repo lives: the build unpacks the snapshot at ``/workspace/testbed``, runs ``install`` there (so
 editable installs point at that path), then moves it to ``/opt/envfarm/testbed`` (read-only at run time)
@@ -33,16 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import requests
-from docker.errors import APIError, DockerException
-
-from envfarm.errors import ConfigError, ImageBuildError, ImageError, ImageMismatch, ImagePullError
+from envfarm.errors import ConfigError, ImageBuildError, ImageMismatch, ImagePullError
 from envfarm.sandbox import dockerutil, imagebuild, images, rootfs
 from envfarm.sandbox.recipes import (
     BUILDER_VERSION,
     BaseRecipe,
     base_for_suite,
-    base_recipes,
     content_hash,
 )
 
@@ -105,22 +101,6 @@ class BuiltImage:
     duration_s: float
     repo_bytes: int = 0
     """Instance images: bytes of the checked-out repository (sizes the sandbox's tmpfs)."""
-
-
-@dataclass(frozen=True)
-class HarnessImage:
-    """One harness image in docker, as ``envfarm harness images list`` shows it."""
-
-    tag: str
-    kind: str
-    """"env" or "instance"."""
-    name: str
-    """``repo version`` for env images, the instance id for instance images."""
-    size_bytes: int
-    """The whole image, shared layers included."""
-    own_bytes: int
-    """What this layer adds to its parent (env over base, instance over env)."""
-    created: str
 
 
 def env_tag(env: EnvSpec, digest: str) -> str:
@@ -191,7 +171,7 @@ def build_env(env: EnvSpec, force: bool = False) -> tuple[BuiltImage, str]:
         write_env_recipe(env, folder, recipe)
         digest = content_hash(folder, extra=base.hash)
         tag = env_tag(env, digest)
-        if not force and _exists(tag):
+        if not force and dockerutil.get_image(tag) is not None:
             return BuiltImage(tag, digest, False, time.monotonic() - start), digest
         labels = {
             KIND_LABEL: "env",
@@ -231,6 +211,7 @@ def build_instance(
             KIND_LABEL: "instance",
             "envfarm.harness.instance": inst.instance_id,
             "envfarm.harness.repo": inst.repo,
+            "envfarm.harness.version": plan.env.version,
             "envfarm.harness.base_commit": inst.base_commit,
             "envfarm.harness.env": env_image.tag,
             "envfarm.harness.repo_bytes": str(repo_bytes),
@@ -320,60 +301,6 @@ class ImageBuilder:
                 raise
             self._done[key] = result
             return result
-
-
-# -------------------------------------------------------------------------------------- list, prune
-
-
-def _exists(ref: str) -> bool:
-    return dockerutil.get_image(ref) is not None
-
-
-def list_images() -> list[HarnessImage]:
-    """Every harness image in docker (env images first), with its own and total size."""
-    try:
-        found = dockerutil.client().images.list(filters={"label": KIND_LABEL})
-    except (DockerException, requests.RequestException) as e:
-        raise ImageError(f"cannot list docker images: {e}") from e
-    sizes = {tag: img.attrs.get("Size", 0) for img in found for tag in img.tags}
-    base_names = {r.suite: r.name for r in base_recipes().values()}
-    out = []
-    for img in found:
-        labels = img.labels or {}
-        kind = labels.get(KIND_LABEL, "?")
-        total = int(img.attrs.get("Size", 0))
-        if kind == "env":
-            name = f"{labels.get('envfarm.harness.repo')} {labels.get('envfarm.harness.version')}"
-            base = base_names.get(labels.get("envfarm.harness.suite", ""), "base")
-            parent = _size_of(images.tag_for(base, labels.get("envfarm.base_hash", "")))
-        else:
-            name = labels.get("envfarm.harness.instance", "?")
-            parent = sizes.get(labels.get("envfarm.harness.env", ""), 0)
-        for tag in img.tags or [img.short_id]:
-            out.append(
-                HarnessImage(tag, kind, name, total, max(0, total - parent), img.attrs.get("Created", ""))
-            )
-    return sorted(out, key=lambda i: (i.kind != "env", i.name, i.tag))
-
-
-def _size_of(tag: str) -> int:
-    img = dockerutil.get_image(tag)
-    return int(img.attrs.get("Size", 0)) if img is not None else 0
-
-
-def prune(include_env: bool = False) -> tuple[list[str], int]:
-    """Remove instance images (and env images with ``include_env``); returns (removed tags, bytes freed)."""
-    doomed = [i for i in list_images() if i.kind == "instance" or (include_env and i.kind == "env")]
-    cli = dockerutil.client()
-    removed, freed = [], 0
-    for img in sorted(doomed, key=lambda i: i.kind == "env"):  # children before parents
-        try:
-            cli.images.remove(img.tag)
-            removed.append(img.tag)
-            freed += img.own_bytes
-        except APIError as e:
-            log.warning("kept %s: %s", img.tag, e.explanation or e)
-    return removed, freed
 
 
 def quote_env(env: tuple[tuple[str, str], ...]) -> str:

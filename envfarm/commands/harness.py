@@ -286,7 +286,7 @@ def _advance(bar: Progress, task: TaskID, event: object, counts: dict[str, int])
 
 
 def _print_disk(tags: tuple[str, ...]) -> None:
-    from envfarm.harness.images import list_images
+    from envfarm.harness.disk import list_images
 
     try:
         every = list_images()
@@ -367,38 +367,75 @@ def _repo_table(plans: list[Plan]) -> Table:
 
 @images_app.command("list")
 def images_list(
-    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array instead of a table.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print JSON: per repo/version ('environments') and per image.")
+    ] = False,
+    each: Annotated[
+        bool, typer.Option("--images", help="Also list every image (kind, tag, own and total size).")
+    ] = False,
 ) -> None:
-    """Harness images with their own and total size."""
+    """Disk use of the harness images per repo/version: its env image plus the instance layers on it."""
     import dataclasses
     import json
 
-    from envfarm.harness.images import list_images
+    from envfarm.harness.disk import by_env, list_images
 
     found = list_images()
+    envs = by_env(found)
     if as_json:
-        typer.echo(json.dumps([dataclasses.asdict(i) for i in found], indent=2))
+        payload = {
+            "environments": [{**dataclasses.asdict(e), "total_bytes": e.total_bytes} for e in envs],
+            "images": [dataclasses.asdict(i) for i in found],
+        }
+        typer.echo(json.dumps(payload, indent=2))
         return
-    table = Table(title="envfarm harness images")
-    for column in ("kind", "name", "tag", "own MB", "total MB", "created"):
+    if each:
+        table = Table(title="envfarm harness images")
+        for column in ("kind", "name", "tag", "own MB", "total MB", "created"):
+            table.add_column(column, overflow="fold")
+        for i in found:
+            own, total = f"{i.own_bytes / 1e6:.0f}", f"{i.size_bytes / 1e6:.0f}"
+            table.add_row(i.kind, escape(i.name), escape(i.tag), own, total, i.created[:19])
+        console.print(table)
+    table = Table(title="disk per repo/version (env image + its instance layers)")
+    for column in ("repo", "version", "env images", "env MB", "instances", "instances MB", "total MB"):
         table.add_column(column, overflow="fold")
-    for i in found:
-        own, total = f"{i.own_bytes / 1e6:.0f}", f"{i.size_bytes / 1e6:.0f}"
-        table.add_row(i.kind, escape(i.name), escape(i.tag), own, total, i.created[:19])
+    for e in envs:
+        table.add_row(
+            escape(e.repo), escape(e.version), str(e.env_images), f"{e.env_bytes / 1e6:.0f}",
+            str(e.instance_images), f"{e.instance_bytes / 1e6:.0f}", f"{e.total_bytes / 1e6:.0f}",
+        )  # fmt: skip
     console.print(table)
-    console.print(f"{len(found)} images, {sum(i.own_bytes for i in found) / 1e6:.0f} MB of their own layers")
+    total = sum(e.total_bytes for e in envs)
+    console.print(
+        f"{len(found)} images in {len(envs)} repo/versions, {total / 1e6:.0f} MB of their own layers "
+        "(the Debian bases not counted); `--images` lists each",
+        highlight=False,
+    )
 
 
 @images_app.command("prune")
 def images_prune(
     all_: Annotated[
-        bool, typer.Option("--all", help="Remove env images too, not only instance images.")
+        bool,
+        typer.Option(
+            "--all",
+            "--env",
+            help="Remove env images too (kept by default: rebuilding them is the slow part).",
+        ),
     ] = False,
+    repo: Annotated[
+        list[str] | None, typer.Option("--repo", help="Only this repo's images (owner/name; repeatable).")
+    ] = None,
 ) -> None:
-    """Remove instance images (and env images with --all); they are rebuilt on demand."""
-    from envfarm.harness.images import prune
+    """Remove instance images and pulled images (env images too with --all); all are rebuilt or pulled
+    again on demand."""
+    from envfarm.harness.disk import prune
 
-    removed, freed = prune(include_env=all_)
+    bad = [r for r in repo or () if r.count("/") != 1]
+    if bad:
+        raise ConfigError(f"--repo {bad[0]!r}: write owner/name, as in the rows' repo field (pallets/flask)")
+    removed, freed = prune(include_env=all_, repos=tuple(repo or ()))
     for tag in removed:
         console.print(f"removed {escape(tag)}", highlight=False)
     console.print(f"{len(removed)} removed, {freed / 1e6:.0f} MB freed")
