@@ -188,11 +188,10 @@ def check_official(ref: str, inst: Instance) -> int:
     at_base = found["head"] == inst.base_commit or (
         found["parent"] == inst.base_commit and found["message"] == "SWE-bench"
     )
-    problems = [] if at_base else [
-        f"{OFFICIAL_TESTBED} is at {found['head'] or 'no commit'} (parent {found['parent'] or 'none'}), "
-        f"not at the base commit {inst.base_commit}"
-    ]
-    _mismatch(ref, inst, problems)
+    if not at_base:
+        head, parent = found["head"] or "no commit", found["parent"] or "none"
+        where = f"{OFFICIAL_TESTBED} is at {head} (parent {parent})"
+        _mismatch(ref, inst, [f"{where}, not at the base commit {inst.base_commit}"])
     return int(found["bytes"] or 0)
 
 
@@ -209,7 +208,7 @@ PROBE = (
     'cd "$1" 2>/dev/null || { printf "%s" "no folder $1"; exit 0; }; '
     "g() { git -c safe.directory='*' \"$@\" 2>/dev/null; }; "
     "printf '%s\\037%s\\037%s\\037%s\\037%s' \"$(g rev-parse HEAD)\" \"$(g rev-parse 'HEAD^{tree}')\" "
-    "\"$(g rev-parse --verify -q 'HEAD^')\" \"$(g log -1 --format=%B | head -n 1)\" "
+    '"$(g rev-parse --verify -q \'HEAD^\')" "$(g log -1 --format=%B | head -n 1)" '
     '"$(du -sb . 2>/dev/null | cut -f1)"'
 )
 

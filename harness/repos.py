@@ -129,7 +129,8 @@ def _clone(prefix: str, repo: str, dest: Path) -> None:
         tried.append(f"{url}: {tail(probe.stderr.decode(errors='replace'), 2).strip()}")
     else:
         raise RepoNotFound(
-            f"no git repository for {repo} under --repo-source {prefix}; tried:\n  " + "\n  ".join(tried)
+            f"no git repository for {repo} under --repo-source {prefix}; tried:\n  "
+            + "\n  ".join(tried)
             + "\nfix: check the URL prefix and that the server answers (`git ls-remote URL`), or put "
             "{repo} / {key} in the prefix"
         )

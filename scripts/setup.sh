@@ -4,8 +4,9 @@
 #   scripts/setup.sh              system packages, docker daemon, .venv, images   (what `make setup` runs)
 #   scripts/setup.sh --venv-only  only the virtual environment                     (what `make lint` runs)
 #
-# Runs as root on a fresh Debian bookworm machine. Installs docker.io, bubblewrap, debootstrap, libseccomp2
-# and chromium (+ chromium-driver) only when missing, starts dockerd with --userns-remap=default and without
+# Runs as root on a fresh Debian bookworm machine. Installs docker.io, bubblewrap, debootstrap, libseccomp2,
+# chromium (+ chromium-driver) and docker-registry (never started as a service: the harness tests run their
+# own on 127.0.0.1) only when missing, starts dockerd with --userns-remap=default and without
 # a bridge or iptables rules when `docker info` fails (and restarts an idle one that lacks the remap),
 # creates .venv (Python >= 3.11) with `pip install -e '.[dev,train,hf,ray,dashboard,openenv]'` (torch pinned to the
 # CPU wheel on this disk), then builds the images (`envfarm images build`).
@@ -49,6 +50,7 @@ system_packages() {
     ldconfig -p | grep -q 'libseccomp\.so\.2 ' || missing+=(libseccomp2)  # bwrap sandboxes' seccomp filter
     command -v chromium >/dev/null || missing+=(chromium)            # dashboard tests: a real headless browser
     command -v chromedriver >/dev/null || missing+=(chromium-driver)
+    command -v docker-registry >/dev/null || missing+=(docker-registry)  # harness pull tests: a registry on 127.0.0.1
     if [ "${#missing[@]}" -gt 0 ]; then
         apt_install "${missing[@]}"
     fi

@@ -66,9 +66,7 @@ def cleanup() -> Iterator[list[str]]:
 
 
 @pytest.mark.docker
-def test_pull_checks_and_falls_back(
-    toy: tuple[Path, str, Path], tmp_path: Path, cleanup: list[str]
-) -> None:
+def test_pull_checks_and_falls_back(toy: tuple[Path, str, Path], tmp_path: Path, cleanup: list[str]) -> None:
     source, base, specs = toy
     future = git(source / KEY, "rev-parse", "HEAD")
     gold = _inst("envfarm-tests__calc-1", base)
