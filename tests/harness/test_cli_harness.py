@@ -81,6 +81,10 @@ def _bad_input(tmp: Path, case: str) -> list[str]:
         "unknown repo without a spec": ["--predictions", preds, "--specs", str(specs)],
         "bad run id": [*ids, "--predictions", preds, "--run-id", "a/b"],
         "repo source not a folder": [*ids, "--predictions", preds, "--repo-source", str(tmp / "file")],
+        "repo source not a git URL": [*ids, "--predictions", preds, "--repo-source", "ftp://127.0.0.1/"],
+        "unknown image source": [*ids, "--predictions", preds, "--image-source", "download"],
+        "registry without pulls": [*ids, "--predictions", preds, "--registry", "127.0.0.1:5000"],
+        "bad registry": [*ids, "--predictions", preds, "--image-source", "pull", "--registry", "a b"],
         "unwritable report dir": [
             *ids,
             "--predictions",
@@ -110,6 +114,10 @@ def _bad_input(tmp: Path, case: str) -> list[str]:
         ("unknown repo without a spec", "write "),
         ("bad run id", "--run-id: run id 'a/b' must be letters"),
         ("repo source not a folder", "is not a folder; pass the folder holding"),
+        ("repo source not a git URL", "--repo-source ftp://127.0.0.1/: git cannot fetch from ftp:// URLs"),
+        ("unknown image source", "--image-source: Input should be 'build', 'pull' or 'auto'"),
+        ("registry without pulls", "--registry: registry 127.0.0.1:5000 is only read by --image-source pull"),
+        ("bad registry", "--registry: registry 'a b' is not a registry prefix; write host[:port]"),
         ("unwritable report dir", "pass a writable --report-dir"),
     ],
 )

@@ -72,17 +72,6 @@ def test_url_forms_and_bad_sources() -> None:
         parse_source("ftp://127.0.0.1/")
 
 
-def test_bad_url_source_is_one_error_line(tmp_path: Path) -> None:
-    rows = tmp_path / "rows.jsonl"
-    rows.write_text(json.dumps(row("envfarm-tests__calc-1", "a" * 40)) + "\n")
-    args = ["harness", "run", "--instances", str(rows), "--predictions", "gold", "--run-id", "r"]
-    result = CliRunner().invoke(root, [*args, "--repo-source", "ftp://127.0.0.1/x/"])
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1, result.output
-    assert lines[0].startswith("error: --repo-source ftp://127.0.0.1/x/: git cannot fetch")
-
-
 @pytest.mark.docker
 def test_a_harness_row_gets_its_repository_from_a_git_server(
     toy: tuple[Path, str, Path], tmp_path: Path
