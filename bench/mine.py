@@ -25,13 +25,18 @@ import asyncio
 import json
 import os
 import shutil
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
-from envfarm.envs.code_repair.factory.catalogue import catalogue, read_packages_file
-from envfarm.envs.code_repair.factory.mine import MineConfig, Progress, mine
-from envfarm.sandbox.values import IMAGE_BACKEND
+# bench/ is not a package folder: a bench script named like a package (bench/swebench.py, bench/harness.py)
+# would shadow the real one for everything imported below
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+from envfarm.envs.code_repair.factory.catalogue import catalogue, read_packages_file  # noqa: E402
+from envfarm.envs.code_repair.factory.mine import MineConfig, Progress, mine  # noqa: E402
+from envfarm.sandbox.values import IMAGE_BACKEND  # noqa: E402
 
 PACKAGES = ("boltons==26.2.0", "cachetools==8.0.2", "tabulate==0.10.0", "python-slugify==9.2.0",
             "inflection==0.5.1")
