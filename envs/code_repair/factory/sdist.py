@@ -1,7 +1,7 @@
 """Source distributions: parse ``NAME==VERSION``, download the sdist with pip on the host, unpack.
 
     spec = parse_spec("cachetools==5.3.3")
-    sd = download(spec, cache / "sdists")                 # pip download --no-binary :all: --no-deps
+    sd = download(spec, cache / "sdists")                 # pip download --no-binary NAME --no-deps
     tree = unpack(sd, cache / "src")                      # the sdist's files (top folder stripped)
 
 Downloads are cached by file name and checked against their sha256 when a row names one. Functions here
@@ -71,7 +71,7 @@ def download(spec: PackageSpec, dest: Path, find_links: Sequence[Path] = ()) -> 
     if (found := _cached(spec, dest)) is not None:
         return Sdist(spec, found, sha256_of(found))
     with tempfile.TemporaryDirectory(prefix=".dl-", dir=dest) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", "--quiet",
+        cmd = [sys.executable, "-m", "pip", "download", "--no-binary", spec.name, "--no-deps", "--quiet",
                "--disable-pip-version-check", "-d", tmp, str(spec)]
         if find_links:
             cmd += ["--no-index", "--no-build-isolation", *(f"--find-links={p}" for p in find_links)]
