@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from envfarm.envs.code_repair.factory import deps, prepare
@@ -110,3 +113,27 @@ def test_dependencies_inferred_from_the_suite() -> None:
     assert not {"numpy", "json", "pkg", "helpers"} & set(origins)  # optional, stdlib, local
     declared = deps.test_requirements(files, load_recipe("demo"), "3.11", layout(files), infer=False)
     assert "PyYAML" not in declared and "six" in declared
+
+
+def test_recipes_check_prints_what_was_inferred(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from envfarm.cli import app
+
+    from .tinyproject import NAME, VERSION, write_sdist
+
+    monkeypatch.setenv("ENVFARM_HOME", str(tmp_path / "home"))
+    write_sdist(tmp_path / "index")
+    args = ["tasks", "recipes", "--check", f"{NAME}=={VERSION}", "--find-links", str(tmp_path / "index")]
+    res = CliRunner().invoke(app, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    (found,) = json.loads(res.output)
+    assert found["test_paths"] == ["tests"] and found["origin"] == "tests/" and not found["in_package"]
+    assert found["test_files"] == ["tests/test_clamp.py", "tests/test_stats.py"] and found["overrides"] == []
+    assert found["test_cmd"].startswith("python -m pytest -rA") and found["source_files"] == 3
+    assert {"requirement": "pytest", "origin": "PKG-INFO"} in found["dependencies"]
+    text = CliRunner().invoke(app, args).output
+    assert "test files:   2: tests/test_clamp.py, tests/test_stats.py" in text
+    assert "overrides:    none" in text
+    listing = CliRunner().invoke(app, ["tasks", "recipes"]).output
+    assert "attrs:" in listing and "every other project: inferred" in listing

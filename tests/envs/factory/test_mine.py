@@ -192,14 +192,7 @@ def test_mined_rows_rebuild_their_own_repos(mined: tuple[Path, Path], tmp_path: 
                                    "--run-id", "auto", "--report-dir", str(tmp_path / "reports")])
     assert res.exit_code == 0, res.output
     assert "resolved 4/4" in res.output
-    env = gymnasium.make("envfarm/CodeRepair-v0", tasks=str(out), backend="docker")
-    try:
-        env.reset(seed=0)
-        for action in env.unwrapped.oracle():  # type: ignore[attr-defined]
-            _, reward, done, _, info = env.step(action)
-        assert done and reward == 1.0 and info["resolved"]
-    finally:
-        env.close()
+    assert_oracle_resolves(gymnasium.make("envfarm/CodeRepair-v0", tasks=str(out), backend="docker"))
 
 
 def test_catalogue_from_a_packages_file(mined: tuple[Path, Path], tmp_path: Path) -> None:
@@ -227,3 +220,19 @@ def test_catalogue_from_a_packages_file(mined: tuple[Path, Path], tmp_path: Path
     assert data["summary"]["tasks"] == 4 and data["projects"][1]["report"]["origin"] == "tests/"
     res = CliRunner().invoke(app, args)  # resumed: every project is already recorded
     assert res.exit_code == 0 and res.output.count("recorded") == 3, res.output
+    work = folder / f"pypi__{NAME}.jsonl.work"
+    env = gymnasium.make("envfarm/CodeRepair-v0", instances=str(folder), repo_source=str(work / "repos"),
+                         specs=[str(work / "specs")], backend="docker")
+    assert len(env.unwrapped.plans) == 4  # type: ignore[attr-defined]  # the folder's rows, not its state
+    assert_oracle_resolves(env)
+
+
+def assert_oracle_resolves(env: gymnasium.Env) -> None:  # type: ignore[type-arg]
+    """The first task of a CodeRepair env, solved by its oracle, is resolved (reward 1); closes the env."""
+    try:
+        env.reset(seed=0)
+        for action in env.unwrapped.oracle():  # type: ignore[attr-defined]
+            _, reward, done, _, info = env.step(action)
+        assert done and reward == 1.0 and info["resolved"]
+    finally:
+        env.close()
