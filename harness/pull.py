@@ -105,22 +105,20 @@ def pull_ref(instance: Instance, registry: str | None) -> str:
 def pull(ref: str) -> None:
     """``docker pull ref``; ImagePullError with the registry's answer when it fails."""
     repository, tag = _split(ref)
-    api = dockerutil.client().api
     try:
-        for chunk in api.pull(repository, tag=tag, stream=True, decode=True):
+        for chunk in dockerutil.client().api.pull(repository, tag=tag, stream=True, decode=True):
             if "error" in chunk:
-                raise ImagePullError(
-                    f"pulling {ref} failed: {chunk['error']}; check the name (the row's image, or "
-                    "--registry), that the registry answers, and that it has the image (or --image-source "
-                    "build|auto)"
-                )
+                raise _pull_failed(ref, chunk["error"])
     except (DockerException, requests.RequestException) as e:
-        why = getattr(e, "explanation", None) or e
-        raise ImagePullError(
-            f"pulling {ref} failed: {why}; check the name (the row's image, or --registry), that the "
-            "registry answers, and that it has the image (or --image-source build|auto)"
-        ) from e
+        raise _pull_failed(ref, getattr(e, "explanation", None) or e) from e
     log.info("pulled %s", ref)
+
+
+def _pull_failed(ref: str, why: object) -> ImagePullError:
+    return ImagePullError(
+        f"pulling {ref} failed: {why}; check the name (the row's image, or --registry), that the registry "
+        "answers and that it has the image (or --image-source build|auto)"
+    )
 
 
 def _split(ref: str) -> tuple[str, str]:

@@ -80,11 +80,10 @@ def parse_source(value: str | Path | None) -> RepoSource:
 def locate(source: RepoSource, repo: str, commit: str) -> Path:
     """A local git repository of ``repo`` that holds ``commit``: in the folder ``source``, or the cached
     clone of the URL prefix ``source`` (cloned or fetched now when needed). RepoNotFound otherwise."""
-    if not is_url(source):
-        assert not isinstance(source, str)
-        return find_repo(source, repo)
-    assert isinstance(source, str)
-    return fetch_commit(source, repo, commit)
+    source = parse_source(source)
+    if isinstance(source, str):
+        return fetch_commit(source, repo, commit)
+    return find_repo(source, repo)
 
 
 def cache_dir() -> Path:
