@@ -208,8 +208,9 @@ def _prefill(policy: Policy, ids: Tensor, valid: Tensor, positions: Tensor, capa
         ids, valid, positions = ids[u], valid[u], positions[u]
         hits = [hits[i] for i in uniq] if hits is not None else None
     n = ids.shape[0]
-    cache = module.new_cache(n, capacity) if cache_dtype is None else \
-        module.new_cache(n, capacity, dtype=cache_dtype)
+    cached: Any = module  # the module protocol of base.py: new_cache(batch, capacity, dtype=...)
+    cache = cached.new_cache(n, capacity) if cache_dtype is None else \
+        cached.new_cache(n, capacity, dtype=cache_dtype)
     if hits is not None and any(h.tokens for h in hits):
         lengths = [int(x) for x in valid[:, :P].sum(1).tolist()]
         logits = prefill(module, ids, valid, positions, cache, hits, lengths)

@@ -69,7 +69,7 @@ class HFCausalLM(nn.Module):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
-        self.model = model
+        self.model: Any = model  # a transformers PreTrainedModel (save_pretrained, config, ...)
         params = inspect.signature(model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"  # transformers 5 vs 4
         self._keep_arg = "logits_to_keep" if "logits_to_keep" in params else (

@@ -93,7 +93,7 @@ class Metrics:
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """The records of a metrics.jsonl (a torn last line is skipped)."""
-    out = []
+    out: list[dict[str, Any]] = []
     if not Path(path).exists():
         return out
     for line in Path(path).read_text(encoding="utf-8").splitlines():

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -196,7 +196,8 @@ class Transformer(nn.Module):
             raise ConfigError(f"sequence of {past + T} tokens exceeds max_context {self.config.max_context}")
         if positions is None:
             positions = torch.arange(past, past + T, device=input_ids.device).unsqueeze(0)
-        cos, sin = self.rope_cos[positions].unsqueeze(1), self.rope_sin[positions].unsqueeze(1)
+        rope_cos, rope_sin = cast(Tensor, self.rope_cos), cast(Tensor, self.rope_sin)  # buffers
+        cos, sin = rope_cos[positions].unsqueeze(1), rope_sin[positions].unsqueeze(1)
         need_mask = key_mask is not None or (past > 0 and T > 1)
         mask = _attn_mask(key_mask, past, T, input_ids.device) if need_mask else None
         x = self.embed(input_ids)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -58,7 +58,7 @@ def follow(learner: Learner, ctx: DistContext) -> int:
     """Apply rank 0's messages until it says stop; returns the number of updates taken."""
     updates = 0
     while True:
-        kind, payload = ctx.broadcast_object(None)
+        kind, payload = cast(tuple[str, Any], ctx.broadcast_object(None))
         if kind == "stop":
             return updates
         if kind == "update":

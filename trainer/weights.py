@@ -48,7 +48,7 @@ def encode_state(module_or_state: nn.Module | Mapping[str, torch.Tensor]) -> byt
     seen: dict[tuple[int, int, tuple[int, ...]], str] = {}
     aliases: dict[str, str] = {}
     for name, t in state.items():
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
+        key = (int(t.untyped_storage().data_ptr()), int(t.storage_offset()), tuple(int(d) for d in t.shape))
         if key in seen and t.numel() > 0:
             aliases[name] = seen[key]
             continue
@@ -113,7 +113,7 @@ async def publish(url: str, policy_or_state: Policy | nn.Module | Mapping[str, t
     if isinstance(src, bytes):
         blob = src
     else:
-        target = getattr(src, "module", src)
+        target: nn.Module | Mapping[str, torch.Tensor] = src.module if isinstance(src, Policy) else src
         blob = await asyncio.to_thread(encode_state, target)
     headers = {"Content-Type": WEIGHTS_CONTENT_TYPE, VERSION_HEADER: str(version)}
     own = session is None

@@ -64,7 +64,7 @@ def config_options() -> list[inspect.Parameter]:
     docs, hints = _field_docs(TrainConfig), typing.get_type_hints(TrainConfig)
     params = []
     for f in fields(TrainConfig):
-        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+        default = f.default if f.default_factory is MISSING else f.default_factory()
         name = OPTION_NAMES.get(f.name, "--" + f.name.replace("_", "-"))
         kind = _cli_type(hints[f.name])
         decl = f"{name}/--no-{name[2:]}" if kind is bool else name

@@ -77,9 +77,9 @@ def arms_view(summary: Mapping[str, Any] | None, evals: list[Eval]) -> dict[str,
     """``{"arms": {arm: {mode: {mean, ci95, episodes}}}, "diffs": {name: {mode: {diff, ci95}}}}``: from
     summary.json when it has arms, else the newest eval record of each (arm, mode) (ci95 None)."""
     if summary and isinstance(summary.get("arms"), Mapping):
-        diffs = {k: summary[k] for k in ("rl_minus_sft_more", "rl_minus_sft") if isinstance(summary.get(k),
-                                                                                             Mapping)}
-        return {"arms": dict(summary["arms"]), "diffs": diffs}
+        names = ("rl_minus_sft_more", "rl_minus_sft")
+        return {"arms": dict(summary["arms"]),
+                "diffs": {k: summary[k] for k in names if isinstance(summary.get(k), Mapping)}}
     arms: dict[str, dict[str, Any]] = {}
     for e in evals:
         arm, mode = (e.arm, e.mode) if e.arm and e.mode else LEGACY_PHASES.get(e.phase or "", (None, None))
