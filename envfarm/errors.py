@@ -9,13 +9,17 @@
     │   ├── ImagePullError                    a registry pull failed (no such image, registry down, refused)
     │   └── ImageMismatch                     a pulled image does not hold the row's repository at its
     │                                         base commit (`--image-source build` builds it instead)
-    ├── SandboxError                          anything inside one sandbox
-    │   ├── SandboxStartError                 the sandbox or its agent did not come up
-    │   ├── SandboxCrashed                    killed from outside, OOM-killed agent, daemon gone mid-command
-    │   ├── LeaseExpired                      a pool lease outlived its deadline and was reclaimed
-    │   ├── ExecTimeout (TimeoutError)        a command ran past its timeout (raised with check=True)
-    │   ├── ExecFailed                        a command exited non-zero (raised with check=True)
-    │   └── SandboxFileError (OSError)        read/write/upload/download failed inside the sandbox
+    ├── InfraError                            the machinery failed during an episode, not the policy: the
+    │   │                                     farm replays the episode, then records infra_error, never a
+    │   │                                     reward (envs raise it from astep; the sync step() wrapper alone
+    │   │                                     turns it into info["infra_error"])
+    │   └── SandboxError                      anything inside one sandbox
+    │       ├── SandboxStartError             the sandbox or its agent did not come up
+    │       ├── SandboxCrashed                killed from outside, OOM-killed agent, daemon gone mid-command
+    │       ├── LeaseExpired                  a pool lease outlived its deadline and was reclaimed
+    │       ├── ExecTimeout (TimeoutError)    a command ran past its timeout (raised with check=True)
+    │       ├── ExecFailed                    a command exited non-zero (raised with check=True)
+    │       └── SandboxFileError (OSError)    read/write/upload/download failed inside the sandbox
     ├── HarnessError                          the SWE-bench harness (envfarm/harness)
     │   ├── DatasetError (ValueError)         an instances/predictions file that is unreadable or malformed
     │   ├── SpecNotFound (LookupError)        no environment spec for a repo/version -> write
@@ -86,7 +90,12 @@ class ImageMismatch(ImageError):
     """A pulled image is not what the row needs (another repository, another commit, no repository)."""
 
 
-class SandboxError(FarmError):
+class InfraError(FarmError):
+    """The machinery failed during an episode (a sandbox, a grading run the policy did not break): the farm
+    replays the episode, then records it as ``infra_error``; it is never scored as a reward."""
+
+
+class SandboxError(InfraError):
     """Something went wrong inside or with one sandbox."""
 
 

@@ -6,8 +6,9 @@
 
 from __future__ import annotations
 
-from .actions import ActionError, ToolCall, parse_action
+from .actions import ActionError, ParsedAction, ToolCall, parse_action, read_action
 from .core import AgentEnv, Outcome, Tool, tool
+from .meta import EpisodeMeta
 from .registration import EnvInfo, discover_plugins, env_info, plugin_errors, register, registered
 
 BUILTIN = {
@@ -32,5 +33,5 @@ def _register_builtins() -> None:
 _register_builtins()
 discover_plugins()
 
-__all__ = ["ActionError", "AgentEnv", "EnvInfo", "Outcome", "Tool", "ToolCall", "env_info", "parse_action",
-           "plugin_errors", "register", "registered", "tool"]
+__all__ = ["ActionError", "AgentEnv", "EnvInfo", "EpisodeMeta", "Outcome", "ParsedAction", "Tool", "ToolCall",
+           "env_info", "parse_action", "plugin_errors", "read_action", "register", "registered", "tool"]

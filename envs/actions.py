@@ -12,6 +12,10 @@ An action is what the model said on its turn. Accepted forms (one tool call per 
 
 Anything else is an :class:`ActionError` whose message says what was wrong and what is accepted; the env
 turns it into an observation, never an exception.
+
+An action is parsed once: :func:`read_action` gives a :class:`ParsedAction` (the raw action with its tool
+call, or the reason there is none). The policy's ``Reply`` carries it, and the env, the episode's transcript
+and the policy's assistant message all read that one result; ``astep`` parses only raw text or dicts.
 """
 
 from __future__ import annotations
@@ -42,6 +46,34 @@ class ToolCall:
     name: str
     arguments: Mapping[str, Any] = field(default_factory=dict)
     call_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ParsedAction:
+    """An action read once: what the policy produced, and its tool call or why there is none."""
+
+    raw: str | Mapping[str, Any]
+    call: ToolCall | None
+    error: str | None = None
+    """The :class:`ActionError` message for the agent when ``call`` is None."""
+
+    @property
+    def tool_name(self) -> str | None:
+        return self.call.name if self.call is not None else None
+
+
+Action = str | Mapping[str, Any] | ParsedAction
+"""What ``AgentEnv.astep`` accepts: raw text, a dict, or an action already read by :func:`read_action`."""
+
+
+def read_action(action: Action) -> ParsedAction:
+    """``action`` parsed (once: a ParsedAction is returned as it is); never raises."""
+    if isinstance(action, ParsedAction):
+        return action
+    try:
+        return ParsedAction(action, parse_action(action))
+    except ActionError as e:
+        return ParsedAction(action, None, str(e))
 
 
 def parse_action(action: str | Mapping[str, Any]) -> ToolCall:

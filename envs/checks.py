@@ -91,7 +91,7 @@ def opened(env_id: str, backend: str) -> Iterator[AgentEnv[Any]]:
 def run_episode(env: AgentEnv[Any], seed: int) -> tuple[float, bool, dict[str, Any]]:
     """Play the oracle on ``seed``; (total reward, terminated, last info)."""
     env.reset(seed=seed)
-    total, terminated, info = 0.0, False, {}
+    total, terminated, info = 0.0, False, dict[str, Any]()
     for action in env.oracle():
         _, reward, terminated, truncated, info = env.step(action)
         total += reward
@@ -119,7 +119,7 @@ def check_determinism(env_id: str, backend: str) -> str:
 
 
 def check_oracle(env_id: str, backend: str, seeds: int, progress: Progress | None) -> str:
-    solved, failures, infra = 0, [], 0
+    solved, failures, infra = 0, list[str](), 0
     with opened(env_id, backend) as env:
         for seed in range(seeds):
             reward, terminated, info = run_episode(env, seed)
@@ -156,17 +156,16 @@ def check_leaks(env_id: str, backend: str, episodes: int, progress: Progress | N
     env = make(env_id, backend)
     try:
         peak = 0
+        backend_obj = env.pools.backend(backend)
         for i in range(episodes):
             run_episode(env, 10_000 + i)
-            pool = env._pool
-            peak = max(peak, pool.backend.live if pool is not None else 0)
+            peak = max(peak, backend_obj.live)
             if progress:
                 progress("leaks", i + 1, episodes)
-        backend_obj = env._pool.backend if env._pool is not None else None
     finally:
         env.close()
     assert peak <= 2, f"{peak} sandboxes alive between episodes (expected the warm one and at most one more)"
-    left = backend_obj.live if backend_obj is not None else 0
+    left = backend_obj.live
     assert left == 0, f"{left} sandboxes still open after close()"
     return f"{episodes} episodes: at most {peak} sandboxes alive between episodes, 0 after close()"
 

@@ -4,6 +4,13 @@ An :class:`AgentEnv` is a ``gymnasium.Env[str, str]``: observations are text, ac
 message holding one tool call; see ``envs/actions.py`` for the accepted forms). Each episode gets a fresh
 sandbox from a warm pool; the task is generated from the seed, so ``reset(seed=s)`` is deterministic.
 
+Pools: an env leases from the :class:`~envfarm.sandbox.pool.Pools` registry it is given (``pools=``; the farm
+hands one registry to all its envs and warms the pool of the env's image) or from a registry of its own.
+``sandboxes`` says how a family uses them: ``"shared"`` (every episode from the one image/limits the class
+or its arguments name: the farm warms that pool), ``"per_task"`` (the image depends on the task, e.g.
+CodeRepair's instance images: pools are made on demand, nothing kept warm) or ``"none"`` (no sandbox, e.g.
+a proxy to a remote env: the farm starts no backend).
+
     env = gymnasium.make("envfarm/ToolCalc-v0", backend="bwrap")   # the default; or "docker"
     obs, info = env.reset(seed=7)                 # info["tools"]: OpenAI function-calling schema
     obs, reward, terminated, truncated, info = env.step('{"name": "calc", "arguments": {"expr": "6*7"}}')
@@ -13,8 +20,12 @@ loop for plain Gymnasium use (a script, ``AsyncVectorEnv``). Rules:
 
 - Bad actions never raise: malformed JSON, an unknown tool or wrong argument types give an observation that
   says what was wrong and what is accepted, reward 0 for that step.
-- A sandbox failure ends the episode with ``truncated=True`` and ``info["infra_error"]`` set: it is not a
-  reward of 0, and the farm records it as an infrastructure error.
+- A sandbox failure (any :class:`~envfarm.errors.InfraError`) ends the episode and is raised from
+  ``astep`` as that typed exception; the farm replays the episode, then records it as an infrastructure
+  error. Only the sync ``step`` turns it into ``truncated=True`` with ``info["infra_error"]`` (Gymnasium's
+  contract has no exceptions for it). Either way it is never a reward of 0.
+- ``astep`` takes raw text, a dict, or a :class:`~envfarm.envs.actions.ParsedAction` (what a policy's reply
+  carries: the action parsed once, see ``actions.py``).
 - ``max_episode_steps`` gives ``truncated``; a final tool (``submit``) gives ``terminated`` and the reward.
 - ``oracle()`` returns a reference action sequence that solves the current task.
 - The first observation is the task's prompt followed by the tool list and the call format
@@ -36,17 +47,18 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 import gymnasium
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from envfarm.errors import SandboxError
-from envfarm.sandbox import DEFAULT_BACKEND, ExecResult, Limits, Sandbox, get_backend
-from envfarm.sandbox.pool import SandboxPool
+from envfarm.errors import InfraError
+from envfarm.sandbox import DEFAULT_BACKEND, ExecResult, Limits, Sandbox
+from envfarm.sandbox.pool import Pools, SandboxPool
 
-from .actions import FORMAT_HELP, ActionError, parse_action
+from .actions import FORMAT_HELP, Action, read_action
+from .meta import EpisodeMeta
 from .spaces import AnyText
 
 log = logging.getLogger(__name__)
@@ -157,12 +169,16 @@ def command_output(res: ExecResult, timeout: float, hint: str, limit: int, keep_
 class AgentEnv(gymnasium.Env[str, str], Generic[TaskT], metaclass=ABCMeta):
     """Base of every envfarm environment (see module docstring)."""
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}
     tools: ClassVar[dict[str, Tool]] = {}
     _schemas: ClassVar[tuple[dict[str, Any], ...]] = ()
     default_max_steps: ClassVar[int] = 20
     default_limits: ClassVar[Limits] = Limits(memory_mb=256, pids=128, disk_mb=64, timeout_s=20)
     default_image: ClassVar[str | None] = None
+    sandboxes: ClassVar[Literal["shared", "per_task", "none"]] = "shared"
+    """How episodes get sandboxes (module docstring, "Pools")."""
+    meta_type: ClassVar[type[EpisodeMeta]] = EpisodeMeta
+    """The family's record of a finished episode (``Trajectory.meta``; shapes in ``meta.py``)."""
     eval_artifacts: ClassVar[tuple[ArtifactWriter, ...]] = ()
     """Writers ``envfarm eval`` calls after its report, with every finished episode of the run and the run
     folder; the paths they return are listed in the report (e.g. CodeRepair's SWE-bench predictions)."""
@@ -182,7 +198,7 @@ class AgentEnv(gymnasium.Env[str, str], Generic[TaskT], metaclass=ABCMeta):
         image: str | None = None,
         limits: Limits | None = None,
         max_episode_steps: int | None = None,
-        pool: SandboxPool | None = None,
+        pools: Pools | None = None,
         render_mode: str | None = None,
         tool_help: bool = True,
     ) -> None:
@@ -194,8 +210,8 @@ class AgentEnv(gymnasium.Env[str, str], Generic[TaskT], metaclass=ABCMeta):
         self._backend_name = backend
         self._image = image if image is not None else self.default_image
         self._limits = limits or self.default_limits
-        self._pool = pool
-        self._own_pool = pool is None
+        self._own_pools = pools is None
+        self._pools = pools if pools is not None else self._private_pools()
         self._episode = AsyncExitStack()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.task: TaskT | None = None
@@ -248,19 +264,18 @@ class AgentEnv(gymnasium.Env[str, str], Generic[TaskT], metaclass=ABCMeta):
         self.transcript.append(obs)
         return obs, self._info()
 
-    async def astep(self, action: str | Mapping[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        """Run one action. Never raises for bad actions; sandbox failures end the episode (infra_error)."""
+    async def astep(self, action: Action) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Run one action. Never raises for bad actions; an InfraError ends the episode and is raised."""
         if self.done or self.sandbox is None:
             return "The episode is over; call reset() to start a new one.", 0.0, True, False, self._info()
         self.steps += 1
         info = self._info()
         try:
             outcome = await self._dispatch(action)
-        except SandboxError as e:
+        except InfraError as e:
             log.warning("infra error in %s step %d: %s", type(self).__name__, self.steps, e)
-            info["infra_error"] = f"{type(e).__name__}: {e}"
             await self._end_episode()
-            return f"[infrastructure error: {e}]", 0.0, False, True, info
+            raise
         info.update(outcome.info)
         truncated = not outcome.done and self.steps >= self.max_episode_steps
         if outcome.done or truncated:
@@ -269,11 +284,11 @@ class AgentEnv(gymnasium.Env[str, str], Generic[TaskT], metaclass=ABCMeta):
         self.transcript.append(obs)
         return obs, float(outcome.reward), outcome.done, truncated, info
 
-    async def _dispatch(self, action: str | Mapping[str, Any]) -> Outcome:
-        try:
-            call = parse_action(action)
-        except ActionError as e:
-            return Outcome(f"Error: {e}", info={"action_error": "parse"})
+    async def _dispatch(self, action: Action) -> Outcome:
+        parsed = read_action(action)
+        call = parsed.call
+        if call is None:
+            return Outcome(f"Error: {parsed.error}", info={"action_error": "parse"})
         spec = self.tools.get(call.name)
         if spec is None:
             names = ", ".join(sorted(self.tools))
@@ -287,18 +302,23 @@ class AgentEnv(gymnasium.Env[str, str], Generic[TaskT], metaclass=ABCMeta):
         return result if isinstance(result, Outcome) else Outcome(result)
 
     async def aclose(self) -> None:
-        """Release the sandbox and, if this env made it, the pool."""
+        """Release the sandbox and, if this env made its pool registry, the registry."""
         await self._end_episode()
-        if self._own_pool and self._pool is not None:
-            pool, self._pool = self._pool, None
-            await pool.aclose()
-            await pool.backend.aclose()
+        if self._own_pools:  # a later reset makes a new one
+            pools, self._pools = self._pools, self._private_pools()
+            await pools.aclose()
+
+    def _private_pools(self) -> Pools:
+        return Pools(size=1 if self.sandboxes == "shared" else 0)
+
+    @property
+    def pools(self) -> Pools:
+        """The pool registry this env leases from (the farm's, or its own)."""
+        return self._pools
 
     async def _get_pool(self) -> SandboxPool:
-        if self._pool is None:
-            backend = get_backend(self._backend_name)
-            self._pool = SandboxPool(backend, image=self._image, limits=self._limits, size=1)
-        return self._pool
+        """The pool the next episode leases from (per-task families override this)."""
+        return self._pools.get(self._backend_name, self._image, self._limits)
 
     async def _end_episode(self) -> None:
         self.done = True
@@ -311,10 +331,17 @@ class AgentEnv(gymnasium.Env[str, str], Generic[TaskT], metaclass=ABCMeta):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
-        return self._run(self.areset(seed=seed, options=options))
+        first: tuple[str, dict[str, Any]] = self._run(self.areset(seed=seed, options=options))
+        return first
 
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        return self._run(self.astep(action))
+    def step(self, action: Action) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Gymnasium's step: ``astep`` on the env's private loop, an InfraError reported in ``info``."""
+        try:
+            result: tuple[str, float, bool, bool, dict[str, Any]] = self._run(self.astep(action))
+        except InfraError as e:
+            info = {**self._info(), "infra_error": f"{type(e).__name__}: {e}"}
+            return f"[infrastructure error: {e}]", 0.0, False, True, info
+        return result
 
     def close(self) -> None:
         if self._loop is not None and not self._loop.is_closed():

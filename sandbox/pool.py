@@ -22,7 +22,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
+from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -407,18 +407,20 @@ POOL_OPTIONS = frozenset(
 class Pools:
     """One SandboxPool per (backend name, image, limits), created on demand.
 
-    ``pool_options`` (size, max_live, lease_s, labels, ...) apply to every pool created; backends given by
-    name are created with ``get_backend(name)`` and closed by ``aclose()``.
+    ``pool_options`` (size, max_live, lease_s, labels, ...) apply to every pool created; a pool's ``size``
+    can be changed after (the farm warms the one pool every episode leases from). ``backends`` are used for
+    their names and stay the caller's to close; backends asked for by name and not given are created with
+    ``get_backend(name)`` and closed by ``aclose()``. This is what the farm hands every env (``pools=``).
     """
 
-    def __init__(self, **pool_options: Any) -> None:
+    def __init__(self, backends: Iterable[Backend] = (), **pool_options: Any) -> None:
         unknown = sorted(set(pool_options) - POOL_OPTIONS)
         if unknown:
             known = ", ".join(sorted(POOL_OPTIONS))
             raise ConfigError(f"Pools got unknown SandboxPool options {unknown}; known: {known}")
         self.pool_options = pool_options
         self._pools: dict[PoolKey, SandboxPool] = {}
-        self._backends: dict[str, Backend] = {}
+        self._backends: dict[str, Backend] = {b.name: b for b in backends}
         self._owned: list[Backend] = []
         self._close_task: asyncio.Task[None] | None = None
 
@@ -428,14 +430,15 @@ class Pools:
         """The pool for this key (created, not yet started, on first use; ``lease()`` starts it)."""
         if self._close_task is not None:
             raise SandboxStartError("this Pools registry is closed")
-        be = self._backend(backend)
+        be = self.backend(backend)
         key = (be.name, image, limits or Limits())
         pool = self._pools.get(key)
         if pool is None:
             pool = self._pools[key] = SandboxPool(be, image, key[2], **self.pool_options)
         return pool
 
-    def _backend(self, backend: str | Backend) -> Backend:
+    def backend(self, backend: str | Backend) -> Backend:
+        """The registry's backend of that name (created on first use when given by name)."""
         name = backend if isinstance(backend, str) else backend.name
         be = self._backends.get(name)
         if be is None:

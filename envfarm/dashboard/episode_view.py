@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from envfarm.envs.meta import CodeRepairMeta
 from envfarm.rollout.trajectory import Trajectory
 
 TEST_TOOLS = frozenset({"run_tests"})
@@ -50,19 +51,18 @@ def _call(turn: Any) -> dict[str, Any]:
 
 def code_repair(t: Trajectory) -> dict[str, Any] | None:
     """The diff, test results, tamper findings and test logs of a code-repair episode; None for others."""
-    meta = t.meta
+    meta = CodeRepairMeta.from_json(t.meta)
     logs = [turn.observation for turn in t.turns if turn.tool_name in TEST_TOOLS]
-    if not logs and not any(k in meta for k in ("patch", "tests", "findings")):
+    if not logs and meta.patch is None and meta.tests is None and meta.findings is None:
         return None
-    tests = meta.get("tests") if isinstance(meta.get("tests"), Mapping) else None
+    tests = meta.tests if isinstance(meta.tests, Mapping) else None
     results = {}
     for group in ("FAIL_TO_PASS", "PASS_TO_PASS"):
         part = (tests or {}).get(group) or {}
         results[group] = {"success": list(part.get("success", [])), "failure": list(part.get("failure", []))}
-    return {"patch": meta.get("patch"), "tests": results if tests else None,
-            "findings": list(meta.get("findings") or []), "status": meta.get("status"),
-            "resolved": meta.get("resolved"), "test_logs": logs,
-            "error": meta.get("diff_error") or meta.get("error_kind")}
+    return {"patch": meta.patch, "tests": results if tests else None, "findings": list(meta.findings or []),
+            "status": meta.status, "resolved": meta.resolved, "test_logs": logs,
+            "error": meta.diff_error or meta.error_kind}
 
 
 __all__ = ["code_repair", "episode_detail"]

@@ -37,10 +37,10 @@ from openenv.core.env_server.types import EnvironmentMetadata
 from envfarm.envs import env_info
 from envfarm.envs.core import AgentEnv
 from envfarm.envs.registration import resolve
-from envfarm.errors import ConfigError
-from envfarm.rollout.environments import env_defaults, make_env
+from envfarm.errors import ConfigError, InfraError
+from envfarm.rollout.environments import make_env, start_pools
 from envfarm.sandbox import get_backend
-from envfarm.sandbox.pool import SandboxPool
+from envfarm.sandbox.pool import Pools, SandboxPool
 
 from .types import EnvfarmAction, EnvfarmObservation, EnvfarmState, jsonable
 
@@ -63,7 +63,9 @@ class EnvHost:
         self.expose_oracle = expose_oracle
         self.warm = min(max_sessions, 32) if warm is None else warm
         self.agent = _is_agent_env(env_id)
+        self.pools: Pools | None = None
         self.pool: SandboxPool | None = None
+        """The warm pool (None for per-task images and envs without sandboxes)."""
         self.loop: asyncio.AbstractEventLoop | None = None
         self._slots = asyncio.Semaphore(step_slots) if step_slots else None
         self._stack = AsyncExitStack()
@@ -87,14 +89,10 @@ class EnvHost:
         try:
             backend = get_backend(self.backend_name)
             self._stack.push_async_callback(backend.aclose)
-            await backend.check()
-            image, limits = env_defaults(self.env_id, self.env_kwargs)
-            self.pool = SandboxPool(backend, image, limits, size=self.warm,
-                                    max_live=self.max_sessions + self.warm + max(8, self.max_sessions // 4))
-            self._stack.push_async_callback(self.pool.aclose)
-            await self.pool.start()
-            async with self.pool.lease():
-                pass
+            self.pools, self.pool = await start_pools(
+                self.env_id, self.env_kwargs, backend, warm=self.warm,
+                max_live=self.max_sessions + self.warm + max(8, self.max_sessions // 4))
+            self._stack.push_async_callback(self.pools.aclose)
         except BaseException:
             await asyncio.shield(self._stack.aclose())
             raise
@@ -121,10 +119,10 @@ class EnvHost:
     def make(self) -> Any:
         """A new env for one session (called from OpenEnv's worker thread; starts nothing)."""
         if self.agent:
-            if self.pool is None:
+            if self.pools is None:
                 raise ConfigError(f"the OpenEnv server for {self.env_id} is not started; use `async with "
                                   "EnvHost(...)` or `envfarm openenv serve`")
-            env: Any = make_env(self.env_id, self.backend_name, self.pool, self.env_kwargs)
+            env: Any = make_env(self.env_id, self.backend_name, self.pools, self.env_kwargs)
         else:
             env = gymnasium.make(self.env_id, **self.env_kwargs)
         with self._open_lock:
@@ -195,11 +193,15 @@ class AgentEnvSession(Environment[EnvfarmAction, EnvfarmObservation, EnvfarmStat
                     result = await self.env.astep(action.action)
             except TimeoutError:
                 await self.env.aclose()  # ends the episode; the sandbox goes back to the pool
-                info = {"tools": [t.schema() for t in self.env.tools.values()], "step": self.env.steps,
-                        "infra_error": f"the step ran longer than {limit:g} s"}
-                return observation(f"[infrastructure error: the step ran longer than {limit:g} s]", 0.0,
-                                   False, True, info)
+                return self._infra(f"the step ran longer than {limit:g} s")
+            except InfraError as e:  # the env ended the episode; the wire reports it as Gymnasium's step does
+                return self._infra(f"{type(e).__name__}: {e}")
         return observation(*result)
+
+    def _infra(self, why: str) -> EnvfarmObservation:
+        info = {"tools": [t.schema() for t in self.env.tools.values()], "step": self.env.steps,
+                "infra_error": why}
+        return observation(f"[infrastructure error: {why}]", 0.0, False, True, info)
 
     def reset(self, seed: int | None = None, episode_id: str | None = None,
               **kwargs: Any) -> EnvfarmObservation:

@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 import gymnasium
 import numpy as np
 
-from envfarm.envs.actions import ActionError, parse_action
+from envfarm.envs.actions import Action, read_action
 from envfarm.envs.core import AgentEnv, truncate
 from envfarm.envs.registration import register, register_scheme
 from envfarm.errors import ConfigError, PolicyError, SandboxCrashed, SandboxStartError
@@ -58,6 +58,7 @@ class OpenEnvRemoteEnv(AgentEnv[RemoteTask]):
     """An episode of a remote OpenEnv server (see the module docstring)."""
 
     default_max_steps: ClassVar[int] = 50
+    sandboxes = "none"  # the remote server runs the sandboxes: a farm of this env starts no backend
 
     def __init__(self, base_url: str | None = None, *, connect_timeout_s: float = 10.0,
                  message_timeout_s: float = 900.0, **kwargs: Any) -> None:
@@ -112,8 +113,8 @@ class OpenEnvRemoteEnv(AgentEnv[RemoteTask]):
         self.transcript = [text]
         return text, self._remote_info(result.observation)
 
-    async def astep(self, action: str | Mapping[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        """Send one action. Bad actions give an error observation; a failing server an infra error."""
+    async def astep(self, action: Action) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Send one action. Bad actions give an error observation; a failing server raises SandboxCrashed."""
         if self.done or self._client is None:
             return "The episode is over; call reset() to start a new one.", 0.0, True, False, self._info()
         self.steps += 1
@@ -125,8 +126,7 @@ class OpenEnvRemoteEnv(AgentEnv[RemoteTask]):
         except (ConnectionError, OSError, RuntimeError, TimeoutError) as e:
             await self._disconnect()
             self.done = True
-            info = {**self._info(), "infra_error": f"SandboxCrashed: {self._explain('step', e)}"}
-            return f"[infrastructure error: {e}]", 0.0, False, True, info
+            raise SandboxCrashed(self._explain("step", e)) from e
         obs = result.observation if isinstance(result.observation, Mapping) else {}
         terminated = bool(obs.get("terminated", result.done))
         truncated = bool(obs.get("truncated", False)) or self._out_of_steps(terminated)
@@ -167,14 +167,14 @@ class OpenEnvRemoteEnv(AgentEnv[RemoteTask]):
         if self._envfarm_wire:
             self._remote_tools = list(observation.get("tools") or [])
 
-    def _payload(self, action: str | Mapping[str, Any]) -> dict[str, Any] | str:
+    def _payload(self, action: Action) -> dict[str, Any] | str:
         """What ``step`` sends, or an error observation for an action that names no usable call."""
+        parsed = read_action(action)
         if self._envfarm_wire:
-            return {"action": action if isinstance(action, str) else dict(action)}
-        try:
-            call = parse_action(action)
-        except ActionError as e:
-            return f"Error: {e}"
+            return {"action": parsed.raw if isinstance(parsed.raw, str) else dict(parsed.raw)}
+        call = parsed.call
+        if call is None:
+            return f"Error: {parsed.error}"
         if call.name != STEP_TOOL:
             return f"Error: unknown tool {call.name!r}. Available tools: {STEP_TOOL}."
         return dict(call.arguments)

@@ -1,6 +1,6 @@
 """Running one episode: reset, ask the policy, step the env, until the env says it is over.
 
-A sandbox that crashes or hangs (``SandboxError`` from ``areset``, ``info["infra_error"]`` from ``astep``, or
+A sandbox that crashes or hangs (an :class:`~envfarm.errors.InfraError` from ``areset`` or ``astep``, or
 the episode passing its time limit) throws the attempt away and the episode is played again from its seed
 with a fresh sandbox, up to ``max_retries`` times; after that it is recorded with ``infra_error``, never as a
 reward of 0. A :class:`PolicyError` records the episode as ``policy_error``; any other exception (a bug in an
@@ -19,21 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from envfarm.envs.actions import ActionError, parse_action
 from envfarm.envs.core import AgentEnv
-from envfarm.errors import PolicyError, PolicyUnavailable, SandboxError
+from envfarm.errors import InfraError, PolicyError, PolicyUnavailable
 
 from .policies import EpisodeView, Policy, Reply, tool_messages
 from .summary import Live
 from .trajectory import Status, Timings, Trajectory, Turn, oldest_version
 
 log = logging.getLogger(__name__)
-
-INFO_SKIP = frozenset({"tools", "step", "task_id"})
-
-
-class _InfraError(Exception):
-    """The env reported ``info["infra_error"]``."""
 
 
 @dataclass
@@ -84,8 +77,8 @@ async def play(env: AgentEnv[Any], policy: Policy, ep: Episode, live: Live, *, m
             return ep.build("completed")
         except PolicyUnavailable:
             raise
-        except (SandboxError, _InfraError) as e:
-            infra = f"{type(e).__name__}: {e}" if isinstance(e, SandboxError) else str(e)
+        except InfraError as e:
+            infra = f"{type(e).__name__}: {e}"
         except TimeoutError:
             infra = f"the episode ran past its {timeout_s:g}s limit"
         except PolicyError as e:
@@ -120,10 +113,10 @@ async def _attempt(env: AgentEnv[Any], policy: Policy, ep: Episode, live: Live,
         if slots is not None:
             async with slots:
                 t_in = time.monotonic()
-                obs, reward, terminated, truncated, info = await env.astep(reply.action)
+                obs, reward, terminated, truncated, info = await env.astep(reply.parsed)
         else:
             t_in = t1
-            obs, reward, terminated, truncated, info = await env.astep(reply.action)
+            obs, reward, terminated, truncated, info = await env.astep(reply.parsed)
         t2 = time.monotonic()
         ep.policy_s += t1 - t0
         ep.queue_s += t_in - t1
@@ -132,20 +125,15 @@ async def _attempt(env: AgentEnv[Any], policy: Policy, ep: Episode, live: Live,
         ep.messages.append(dict(reply.message))
         ep.messages.extend(tool_messages(reply.message, obs))
         ep.turns.append(_turn(reply, obs, reward, terminated, truncated, info, t1 - t0, t2 - t_in))
-        if info.get("infra_error"):
-            raise _InfraError(str(info["infra_error"]))
         if terminated or truncated:
-            ep.meta = _jsonable({k: v for k, v in info.items() if k not in INFO_SKIP})
+            ep.meta = _jsonable(env.meta_type.from_info(info).to_json())
             return
 
 
 def _turn(reply: Reply, obs: str, reward: float, terminated: bool, truncated: bool, info: Mapping[str, Any],
           policy_s: float, env_s: float) -> Turn:
     action = reply.action if isinstance(reply.action, str) else json.dumps(reply.action, ensure_ascii=False)
-    try:
-        tool_name: str | None = parse_action(reply.action).name
-    except ActionError:
-        tool_name = None
+    tool_name = reply.parsed.tool_name
     return Turn(action=action, observation=obs, reward=float(reward), terminated=bool(terminated),
                 truncated=bool(truncated), tool_name=tool_name, action_error=info.get("action_error"),
                 weight_version=reply.weight_version, prompt_token_ids=reply.prompt_token_ids,

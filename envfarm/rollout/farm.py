@@ -7,12 +7,13 @@
     farm.summary()                           # Summary (also written to RUN/summary.json)
 
 Shape: ``concurrency`` worker tasks in a TaskGroup, each owning one env instance that it reuses episode after
-episode; every env leases its sandboxes from one shared :class:`SandboxPool`, so episodes start on warm
-sandboxes. A gate (a lock that one worker holds while it waits) admits each new episode: not after
-:meth:`stop`, not while a sink's backlog is full (backpressure from a slow learner), not while the policy's
-weight version is more than ``max_staleness`` behind the learner's. An optional semaphore (``step_slots``)
-bounds the env steps running at once, whatever the concurrency. Finished trajectories go to the spool
-(fsync'd), then to the caller; each sink's :class:`Delivery` tails the spool.
+episode; every env leases its sandboxes from the farm's one :class:`Pools` registry, whose pool for the env's
+image is kept warm (``environments.start_pools``), so episodes start on warm sandboxes. A gate (a lock that
+one worker holds while it waits) admits each new episode: not after :meth:`stop`, not while a sink's backlog
+is full (backpressure from a slow learner), not while the policy's weight version is more than
+``max_staleness`` behind the learner's. An optional semaphore (``step_slots``) bounds the env steps running at
+once, whatever the concurrency. Finished trajectories go to the spool (fsync'd), then to the caller; each
+sink's :class:`Delivery` tails the spool.
 
 Faults: see ``episode.py`` for one episode. :class:`PolicyUnavailable` (or :class:`LearnerUnavailable`)
 stops the run: in-flight episodes are cancelled and written to RUN/interrupted.jsonl, the spool is closed,
@@ -34,10 +35,10 @@ from typing import Any
 
 from envfarm.errors import ConfigError, FarmError, LearnerUnavailable
 from envfarm.sandbox import BACKENDS, Backend, get_backend
-from envfarm.sandbox.pool import SandboxPool
+from envfarm.sandbox.pool import Pools, SandboxPool
 from envfarm.sandbox.values import DEFAULT_BACKEND, TIMEOUTS
 
-from .environments import env_defaults, make_env
+from .environments import env_defaults, make_env, start_pools
 from .episode import Episode, play
 from .live import LiveFile
 from .policies import Policy
@@ -120,7 +121,7 @@ class Farm:
                               "(--learner URL)")
         if resume and run_dir is None:
             raise ConfigError("resume needs the run_dir of the run to continue")
-        self._image, self._limits = env_defaults(config.env_id, config.env_kwargs)  # checks the env id now
+        env_defaults(config.env_id, config.env_kwargs)  # checks the env id now
         make_env(config.env_id, config.backend, None, config.env_kwargs)  # and its arguments; starts nothing
         self.config = config
         self.policy = policy
@@ -147,7 +148,9 @@ class Farm:
         self._stopping = False
         self._drain_timer: asyncio.TimerHandle | None = None
         self._spool: Spool | None = None
+        self._pools: Pools | None = None
         self._pool: SandboxPool | None = None
+        """The warm pool every episode leases from (None for per-task images and envs without sandboxes)."""
         self._version_checked = 0.0
         self._wall_before = 0.0
         self._summary: Summary | None = None
@@ -232,19 +235,14 @@ class Farm:
         if backend is None:
             backend = get_backend(self.config.backend)
             stack.push_async_callback(backend.aclose)
-        await backend.check()
         stack.push_async_callback(self.policy.aclose)
         await self.policy.start()  # before any sandbox starts: a server that is down fails the run at once
         c, cfg = self.config.concurrency, self.config
         size = cfg.pool_size if cfg.pool_size is not None else min(c, 32)
         max_live = cfg.max_live if cfg.max_live is not None else c + size + max(8, c // 4)
-        self._pool = SandboxPool(backend, self._image, self._limits, size=size, max_live=max_live)
-        stack.push_async_callback(self._pool.aclose)
-        await self._pool.start()
-        async with self._pool.lease():  # fail fast on a missing image or a broken backend
-            pass
-        if cfg.prefill:
-            await self._pool.wait_filled()
+        self._pools, self._pool = await start_pools(self.spec.env_id, self.spec.env_kwargs, backend,
+                                                    warm=size, max_live=max_live, prefill=cfg.prefill)
+        stack.push_async_callback(self._pools.aclose)
         if self.config.max_staleness is not None:  # know both versions before the first episode starts
             await self._refresh_learner_version()
 
@@ -298,12 +296,12 @@ class Farm:
     # ------------------------------------------------------------------------------------------- workers
 
     async def _worker(self, out: asyncio.Queue[Trajectory | None]) -> None:
-        assert self._pool is not None
+        assert self._pools is not None
         env = None
         try:
             while (index := await self._admit()) is not None:
                 if env is None:
-                    env = make_env(self.spec.env_id, self.config.backend, self._pool, self.spec.env_kwargs)
+                    env = make_env(self.spec.env_id, self.config.backend, self._pools, self.spec.env_kwargs)
                 ep = Episode(self.spec.episode_id(index), self.spec.env_id, index, self.spec.seed_of(index),
                              self.spec.attempt_of(index), self.policy.name)
                 self._inflight[index] = ep

@@ -7,7 +7,8 @@
 
 One policy object serves every concurrent episode of a farm: per-episode state lives in
 :attr:`EpisodeView.state`, never on the policy. ``act`` returns a :class:`Reply`: the action for
-``env.astep``, the assistant message for the transcript, and — when the server gave them — token ids,
+``env.astep``, parsed once (``Reply.parsed``: the env, the transcript and the assistant message all read
+it), the assistant message for the transcript, and — when the server gave them — token ids,
 log-probabilities and the weight version.
 """
 
@@ -19,12 +20,12 @@ import json
 import string
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from envfarm.envs.actions import ActionError, parse_action
+from envfarm.envs.actions import ParsedAction, read_action
 from envfarm.errors import PolicyError
 
 from .trajectory import WeightVersion
@@ -54,7 +55,7 @@ class Reply:
     """A policy's answer for one turn."""
 
     action: str | Mapping[str, Any]
-    """What ``env.astep`` receives."""
+    """What the policy produced (text, a tool-call dict or an assistant message)."""
     message: Mapping[str, Any]
     """The assistant message for the transcript (OpenAI format, ``tool_calls`` when a tool was called)."""
     weight_version: WeightVersion = None
@@ -62,6 +63,14 @@ class Reply:
     token_ids: tuple[int, ...] | None = None
     logprobs: tuple[float, ...] | None = None
     finish_reason: str | None = None
+    parsed: ParsedAction = field(init=False)
+    """``action`` parsed once: what ``env.astep`` receives and the transcript records."""
+    parsed_as: InitVar[ParsedAction | None] = None
+    """The parse a policy already made of ``action`` (else ``action`` is parsed here)."""
+
+    def __post_init__(self, parsed_as: ParsedAction | None) -> None:
+        known = parsed_as is not None and parsed_as.raw is self.action
+        object.__setattr__(self, "parsed", parsed_as if known else read_action(self.action))
 
 
 class Policy(ABC):
@@ -93,14 +102,13 @@ class Policy(ABC):
         await self.aclose()
 
 
-def assistant_message(action: str | Mapping[str, Any], call_id: str) -> dict[str, Any]:
+def assistant_message(action: ParsedAction, call_id: str) -> dict[str, Any]:
     """The assistant message for an action: ``tool_calls`` when it parses, plain text otherwise."""
-    if isinstance(action, Mapping) and action.get("role") == "assistant":
-        return dict(action)
-    try:
-        call = parse_action(action)
-    except ActionError:
-        return {"role": "assistant", "content": action if isinstance(action, str) else json.dumps(action)}
+    raw, call = action.raw, action.call
+    if isinstance(raw, Mapping) and raw.get("role") == "assistant":
+        return dict(raw)
+    if call is None:
+        return {"role": "assistant", "content": raw if isinstance(raw, str) else json.dumps(raw)}
     args = json.dumps(dict(call.arguments), ensure_ascii=False)
     fn = {"name": call.name, "arguments": args}
     return {"role": "assistant", "content": None,
@@ -109,7 +117,8 @@ def assistant_message(action: str | Mapping[str, Any], call_id: str) -> dict[str
 
 def text_reply(action: str | Mapping[str, Any], view: EpisodeView, **extra: Any) -> Reply:
     """A Reply for a policy that produces actions directly (not chat messages)."""
-    return Reply(action, assistant_message(action, f"call_{view.step}"), **extra)
+    parsed = read_action(action)
+    return Reply(action, assistant_message(parsed, f"call_{view.step}"), parsed_as=parsed, **extra)
 
 
 class OraclePolicy(Policy):
@@ -170,7 +179,7 @@ class CallablePolicy(Policy):
 
     def __init__(self, fn: PolicyFn, name: str | None = None, threaded: bool = False) -> None:
         self.fn = fn
-        self.name = name or getattr(fn, "__name__", "callable")
+        self.name = name or str(getattr(fn, "__name__", "callable"))
         self.threaded = threaded
 
     async def act(self, view: EpisodeView) -> Reply:

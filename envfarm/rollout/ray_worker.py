@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from envfarm.sandbox import Backend, get_backend
-from envfarm.sandbox.pool import SandboxPool
+from envfarm.sandbox.pool import Pools
 
-from .environments import env_defaults, make_env
+from .environments import make_env, start_pools
 from .episode import Episode, play
 from .farm import FarmConfig
 from .policies import Policy
@@ -63,25 +63,19 @@ class FarmWorker:
         self._spec: WorkerSpec | None = None
         self._policy: Policy | None = None
         self._backend: Backend | None = None
-        self._pool: SandboxPool | None = None
+        self._pools: Pools | None = None
         self._envs: list[Any] = []
         self._step_slots: asyncio.Semaphore | None = None
 
     async def start(self, spec: WorkerSpec, policy: Policy) -> WorkerInfo:
         """Check the backend, start the policy, warm the pool and lease once (a missing image fails here)."""
         self._spec, self._policy, cfg = spec, policy, spec.config
-        image, limits = env_defaults(cfg.env_id, cfg.env_kwargs)
         self._backend = get_backend(cfg.backend)
-        await self._backend.check()
         await policy.start()
         size = cfg.pool_size if cfg.pool_size is not None else min(spec.slots, 32)
         max_live = cfg.max_live if cfg.max_live is not None else spec.slots + size + max(8, spec.slots // 4)
-        self._pool = SandboxPool(self._backend, image, limits, size=size, max_live=max_live)
-        await self._pool.start()
-        async with self._pool.lease():
-            pass
-        if cfg.prefill:
-            await self._pool.wait_filled()
+        self._pools, _ = await start_pools(spec.run.env_id, spec.run.env_kwargs, self._backend, warm=size,
+                                           max_live=max_live, prefill=cfg.prefill)
         self._step_slots = asyncio.Semaphore(cfg.step_slots) if cfg.step_slots else None
         import ray  # present: this runs inside a Ray worker
 
@@ -91,9 +85,9 @@ class FarmWorker:
 
     async def play(self, index: int) -> str:
         """Play episode ``index`` of the run; its Trajectory as JSON (the driver records it)."""
-        assert self._spec is not None and self._policy is not None and self._pool is not None, "not started"
+        assert self._spec is not None and self._policy is not None and self._pools is not None, "not started"
         run, cfg = self._spec.run, self._spec.config
-        env = self._envs.pop() if self._envs else make_env(run.env_id, cfg.backend, self._pool,
+        env = self._envs.pop() if self._envs else make_env(run.env_id, cfg.backend, self._pools,
                                                            run.env_kwargs)
         ep = Episode(run.episode_id(index), run.env_id, index, run.seed_of(index), run.attempt_of(index),
                      self._policy.name)
@@ -114,9 +108,9 @@ class FarmWorker:
         envs, self._envs = self._envs, []
         for env in envs:
             await env.aclose()
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
-            await pool.aclose()
+        if self._pools is not None:
+            pools, self._pools = self._pools, None
+            await pools.aclose()
         if self._backend is not None:
             backend, self._backend = self._backend, None
             await backend.aclose()

@@ -16,8 +16,9 @@ FAIL_TO_PASS tests it makes pass. ``info["tests"]`` has the swebench tests_statu
 canary tests and requires every expected test exactly once (``harness/canary.py``). Hidden tests that hang or
 exhaust memory with the patch while the unpatched base runs well inside the budget are the policy's doing:
 reward 0 with ``info["reason"]`` ``timeout``/``oom``, no retry (``harness/verdicts.py``). A grading run that
-fails for infrastructure reasons (twice: a sandbox that died, an environment too slow for its own tests)
-sets ``info["infra_error"]``; it is never a silent reward of 0.
+fails for infrastructure reasons (twice: a sandbox that died, an environment too slow for its own tests),
+or a test_patch that does not apply, raises :class:`~envfarm.errors.InfraError` from ``astep`` (the sync
+``step`` reports it as ``info["infra_error"]``); it is never a silent reward of 0.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import json
 import logging
 import shlex
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -35,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from envfarm.errors import BackendUnavailable, ConfigError, SandboxError, SpecNotFound
+from envfarm.errors import BackendUnavailable, ConfigError, InfraError, SandboxError, SpecNotFound
 from envfarm.harness import HarnessConfig, Instance, SpecCatalog, grade, load_instances, select
 from envfarm.harness.grading import InstanceReport, empty_report
 from envfarm.harness.images import PRISTINE, WORKDIR, BuiltImage, ImageBuilder, quote_env
@@ -43,11 +44,13 @@ from envfarm.harness.instances import instance_from_row
 from envfarm.harness.run import GIT, Attempt, run_attempt, sandbox_limits
 from envfarm.harness.specs import Plan
 from envfarm.harness.verdicts import STOPPED, Baselines
-from envfarm.sandbox import Backend, Limits, Sandbox, get_backend
+from envfarm.sandbox import Backend, Limits, Sandbox
 from envfarm.sandbox.pool import SandboxPool
 from envfarm.sandbox.values import IMAGE_BACKEND
 
+from ..actions import Action
 from ..core import AgentEnv, Outcome, tool
+from ..meta import CodeRepairMeta
 from . import builtin, tools
 from .factory.sources import rebuilt
 from .predictions import write_predictions
@@ -84,6 +87,8 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
 
     default_max_steps = 50
     default_limits = Limits(cpus=1.0, memory_mb=2048, pids=512, disk_mb=512, timeout_s=120)
+    sandboxes = "per_task"  # one image per instance: pools made on demand, none kept warm
+    meta_type = CodeRepairMeta
     eval_artifacts = (write_predictions,)  # RUN/predictions.jsonl for `envfarm harness run` and SWE-bench
 
     def __init__(
@@ -120,8 +125,6 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
         self.partial_credit = partial_credit
         self.bash_timeout_s, self.test_timeout_s = float(bash_timeout_s), float(test_timeout_s)
         self.harness = HarnessConfig(run_id="coderepair", timeout_s=grade_timeout_s)
-        self._shared_backend = self._pool.backend if self._pool is not None else None
-        self._pool = None  # one private pool per instance image (tasks do not share images)
         self._backend: Backend | None = None
         self._builder = ImageBuilder(self.repo_source, max_workers=1)
         self._pending: int | None = None
@@ -168,32 +171,17 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
 
     async def _get_pool(self) -> SandboxPool:
         assert self.task is not None
-        if self._backend is None:
-            self._backend = self._shared_backend or get_backend(self._backend_name)
+        self._backend = self._pools.backend(self._backend_name)
         image = await self._builder.instance(self.task.plan)
         mine, c = self._limits, self.harness
         limits = sandbox_limits(mine.cpus, mine.memory_mb, mine.disk_mb, mine.pids, image.repo_bytes,
                                 mine.timeout_s)
-        if self._pool is not None and (self._pool.image, self._pool.limits) != (image.tag, limits):
-            old, self._pool = self._pool, None
-            await old.aclose()
-        if self._pool is None:
-            self._pool = SandboxPool(self._backend, image=image.tag, limits=limits, size=0)
         self._built = image
         self._grade_limits = sandbox_limits(c.cpus, c.memory_mb, c.disk_mb, c.pids, image.repo_bytes,
                                             self._grade_timeout())
-        return self._pool
+        return self._pools.get(self._backend, image.tag, limits)
 
-    async def aclose(self) -> None:
-        await self._end_episode()
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await pool.aclose()
-        if self._shared_backend is None and self._backend is not None:
-            backend, self._backend = self._backend, None
-            await backend.aclose()
-
-    async def _dispatch(self, action: str | Mapping[str, Any]) -> Outcome:
+    async def _dispatch(self, action: Action) -> Outcome:
         outcome = await super()._dispatch(action)
         if outcome.done or self.steps < self.max_episode_steps:
             return outcome
@@ -261,8 +249,8 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
         else:
             attempt = await self._attempt(patch)
             if attempt.result == "test_patch_failed":
-                return Outcome("The evaluation tests could not be installed (a task problem).", done=True,
-                               info={"infra_error": f"test_patch did not apply: {attempt.message}"})
+                raise InfraError(f"{inst.instance_id}: the evaluation tests (test_patch) did not apply: "
+                                 f"{attempt.message}")
             if attempt.result in ("patch_failed", "refused"):
                 return Outcome(f"Your changes could not be evaluated: {attempt.message}.", done=True,
                                info={"resolved": False, "patch": patch, "error_kind": attempt.result})
@@ -299,7 +287,7 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
             if not kind.infra:
                 return attempt
             last = attempt.message
-        raise SandboxError(f"{last} (after {self.harness.retries + 1} tries)")
+        raise InfraError(f"{last} (after {self.harness.retries + 1} tries)")
 
     def _reward(self, report: InstanceReport) -> float:
         if report.resolved:

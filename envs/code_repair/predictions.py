@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from envfarm.envs.core import EpisodeRecord
+from envfarm.envs.meta import CodeRepairMeta
 
 PREDICTIONS = "predictions.jsonl"
 ALL_ATTEMPTS = "predictions.all.jsonl"
@@ -23,14 +24,15 @@ ALL_ATTEMPTS = "predictions.all.jsonl"
 def prediction(trajectory: EpisodeRecord) -> dict[str, Any]:
     """One SWE-bench prediction row; an episode that never submitted predicts the empty patch."""
     return {"instance_id": trajectory.task_id, "model_name_or_path": trajectory.policy or "envfarm",
-            "model_patch": str(trajectory.meta.get("patch") or "")}
+            "model_patch": CodeRepairMeta.from_json(trajectory.meta).patch or ""}
 
 
 def write_predictions(trajectories: Sequence[EpisodeRecord], out_dir: Path) -> list[Path]:
     """Write both files (atomically) and return their paths: ``CodeRepairEnv.eval_artifacts``."""
     made = sorted((t for t in trajectories if t.ok), key=lambda t: (t.task_id, t.attempt))
     first = [prediction(t) for t in made if t.attempt == 0]
-    every = [{**prediction(t), "attempt": t.attempt, "resolved": bool(t.meta.get("resolved"))} for t in made]
+    every = [{**prediction(t), "attempt": t.attempt,
+              "resolved": bool(CodeRepairMeta.from_json(t.meta).resolved)} for t in made]
     return [_write_jsonl(out_dir / PREDICTIONS, first), _write_jsonl(out_dir / ALL_ATTEMPTS, every)]
 
 

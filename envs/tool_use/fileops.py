@@ -28,6 +28,7 @@ from envfarm.errors import ConfigError
 from envfarm.sandbox import Sandbox
 
 from ..core import AgentEnv, Outcome, command_output, tool
+from ..meta import FileOpsMeta
 from .fileops_tasks import Layout, Op, State, Workspace, make_layout, make_ops, make_tree
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,8 @@ class NoArgs(BaseModel):
 
 def _canonical(state: Mapping[str, Any]) -> dict[str, Any]:
     """JSON round trip, so tuples (host model) and lists (sandbox walker) compare equal."""
-    return json.loads(json.dumps(state, sort_keys=True))
+    canonical: dict[str, Any] = json.loads(json.dumps(state, sort_keys=True))
+    return canonical
 
 
 def state_diff(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> dict[str, list[str]]:
@@ -91,6 +93,7 @@ class FileOpsEnv(AgentEnv[FileTask]):
     """Reach a target file tree with ``bash``; ``submit`` compares the workspace state with the target."""
 
     default_max_steps = 30
+    meta_type = FileOpsMeta
 
     def __init__(self, difficulty: int | None = None, command_timeout_s: float = BASH_TIMEOUT_S,
                  **kwargs: object) -> None:

@@ -24,6 +24,7 @@ from envfarm.errors import ConfigError, ExecFailed, SandboxError, tail
 from envfarm.sandbox import Sandbox
 
 from ..core import AgentEnv, Outcome, tool, truncate
+from ..meta import OrderDeskMeta
 from .orderdesk_data import KINDS, DeskTask, make_task
 from .orderdesk_policy import POLICY, Desk, grade
 
@@ -103,6 +104,7 @@ class OrderDeskEnv(AgentEnv[DeskTask]):
     """Customer-service requests under a written policy; tools look up and change a sandboxed database."""
 
     default_max_steps = 30
+    meta_type = OrderDeskMeta
 
     def __init__(self, difficulty: int | None = None, kind: str | None = None, **kwargs: object) -> None:
         if difficulty is not None and difficulty not in (1, 2, 3):

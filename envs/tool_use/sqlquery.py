@@ -27,6 +27,7 @@ from envfarm.errors import ConfigError
 from envfarm.sandbox import Sandbox
 
 from ..core import AgentEnv, Outcome, tool, truncate
+from ..meta import AnswerMeta
 from .sql_data import Database, make_database
 from .sql_questions import Question, make_question
 
@@ -71,6 +72,7 @@ class SqlQueryEnv(AgentEnv[SqlTask]):
     """Questions over a generated SQLite database; tools list_tables, describe, query and submit."""
 
     default_max_steps = 20
+    meta_type = AnswerMeta
 
     def __init__(self, difficulty: int | None = None, **kwargs: object) -> None:
         if difficulty is not None and difficulty not in (1, 2, 3):

@@ -20,6 +20,7 @@ from envfarm.errors import ConfigError
 from envfarm.sandbox import Sandbox
 
 from ..core import AgentEnv, Outcome, tool, truncate
+from ..meta import AnswerMeta
 from .calc_program import evaluate
 from .word_problems import Problem, make_problem
 
@@ -60,6 +61,7 @@ class ToolCalcEnv(AgentEnv[CalcTask]):
     """Arithmetic word problems; tools ``calc`` and ``submit``."""
 
     default_max_steps = 4
+    meta_type = AnswerMeta
     """``calc`` then ``submit`` solve every task in 2 steps; 4 leaves room for two retries after an error.
     Successful episodes of trained policies take 2 steps; a policy that has derailed rarely recovers, and
     each extra turn of its (growing) transcript costs generation time in RL and evaluation."""
