@@ -32,7 +32,7 @@ console = Console()
 def dashboard(
     run: Annotated[list[Path] | None, typer.Option(
         "--run", help="A run folder: farm run (run.json), trainer run (metrics.jsonl), harness --report-dir, "
-        "or a folder holding such runs. Repeat for more [default: runs/].")] = None,
+        "or a folder holding such runs. Repeat for more \\[default: runs/].")] = None,
     host: Annotated[str, typer.Option(help="Address to bind (loopback by default; the page shows every "
                                       "trajectory: keep it off shared networks).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: any free port).")] = 8050,

@@ -37,9 +37,10 @@ from envfarm.rollout.policy_spec import make_policy
 from envfarm.rollout.receiver import serve
 from envfarm.rollout.runs import RunSpec, read_spec
 from envfarm.rollout.sinks import FileSink, HTTPSink, Sink
-from envfarm.sandbox.values import DEFAULT_BACKEND, TIMEOUTS
+from envfarm.sandbox.values import TIMEOUTS
 
 from .farm_view import FarmView, summary_table
+from .options import config_option
 
 EXIT_INTERRUPTED = 130
 
@@ -49,20 +50,19 @@ console = Console()
 err_console = Console(stderr=True)
 T = TypeVar("T")
 
-# Options shared by `farm run` and `eval`.
-EnvOpt = Annotated[str | None, typer.Option("--env", help="Registered env id (`envfarm envs list`).")]
+# Options shared by `farm run` and `eval`; those that set a FarmConfig field take help and default from it.
+EnvOpt = Annotated[str | None, config_option(FarmConfig, "env_id", "--env")]
 PolicyOpt = Annotated[str | None, typer.Option(help="oracle | random | openai:URL (an OpenAI-style server).")]
-BackendOpt = Annotated[str | None, typer.Option(
-    help=f"Sandbox backend: bwrap or docker [default: {DEFAULT_BACKEND}].")]
-ConcurrencyOpt = Annotated[int, typer.Option(min=1, help="Episodes in flight at once.")]
-StepSlotsOpt = Annotated[int | None, typer.Option(min=1, help="Env steps running in sandboxes at once (bound "
-                                                  "it near the cores for CPU-bound tools) [default: none].")]
-SeedOpt = Annotated[int | None, typer.Option(help="Seed of task 0; task t uses seed + t [default: 0].")]
+BackendOpt = Annotated[str | None, config_option(FarmConfig, "backend", config_default=True)]
+ConcurrencyOpt = Annotated[int, config_option(FarmConfig, "concurrency", min=1)]
+StepSlotsOpt = Annotated[int | None, config_option(FarmConfig, "step_slots", min=1, config_default=True)]
+SeedOpt = Annotated[int | None, config_option(FarmConfig, "seed", config_default=True)]
 ResumeOpt = Annotated[Path | None, typer.Option(help="Continue this run folder (no episode runs twice).")]
-RunDirOpt = Annotated[Path | None, typer.Option(help="Run folder to create [default: runs/<time>-<pid>].")]
-EnvArgsOpt = Annotated[str | None, typer.Option("--env-kwargs",
-                                                help='Env arguments as JSON: \'{"difficulty": 2}\'.')]
-ModelOpt = Annotated[str | None, typer.Option(help="openai: model name [default: the server's first model].")]
+RunDirOpt = Annotated[Path | None, typer.Option(help="Run folder to create \\[default: runs/<time>-<pid>].")]
+EnvArgsOpt = Annotated[str | None, config_option(FarmConfig, "env_kwargs", "--env-kwargs",
+                                                more='As JSON: \'{"difficulty": 2}\'.')]
+ModelOpt = Annotated[str | None, typer.Option(
+    help="openai: model name \\[default: the server's first model].")]
 PolicyTimeoutOpt = Annotated[float, typer.Option(help="openai: seconds per request.")]
 PolicyRetriesOpt = Annotated[int, typer.Option(min=0, help="openai: retries on 429/5xx/timeouts (backoff).")]
 TemperatureOpt = Annotated[float, typer.Option(help="openai: sampling temperature.")]
@@ -189,8 +189,8 @@ def _finish(farm: Farm, learner: str | None) -> None:
 @app.command("run")
 def run_command(
     env: EnvOpt = None,
-    episodes: Annotated[int | None, typer.Option(min=0, help="Episodes in the run.")] = None,
-    concurrency: ConcurrencyOpt = 8,
+    episodes: Annotated[int | None, config_option(FarmConfig, "episodes", min=0)] = None,
+    concurrency: ConcurrencyOpt = FarmConfig.concurrency,
     step_slots: StepSlotsOpt = None,
     policy: PolicyOpt = None,
     backend: BackendOpt = None,
@@ -198,9 +198,7 @@ def run_command(
     summary: Annotated[Path | None, typer.Option(help="Write the summary JSON here too.")] = None,
     learner: Annotated[str | None, typer.Option(help="Stream trajectories to this learner (NDJSON POSTs to "
                                                 "URL/trajectories).")] = None,
-    max_staleness: Annotated[int | None, typer.Option(
-        min=0, help="Start no episode while the policy is more than K weight versions behind the learner.")
-    ] = None,
+    max_staleness: Annotated[int | None, config_option(FarmConfig, "max_staleness", min=0)] = None,
     resume: ResumeOpt = None,
     run_dir: RunDirOpt = None,
     seed: SeedOpt = None,
@@ -212,8 +210,8 @@ def run_command(
     max_tokens: MaxTokensOpt = 1024,
     learner_backlog: Annotated[int, typer.Option(
         min=1, help="Undelivered trajectories at which the farm waits for the learner.")] = 256,
-    learner_timeout: Annotated[float, typer.Option(help="Seconds a blocking learner may fail before the run "
-                                                   "stops.")] = 300.0,
+    learner_timeout: Annotated[float, config_option(FarmConfig, "learner_timeout_s")
+                               ] = FarmConfig.learner_timeout_s,
     ray: RayOpt = None,
     ray_resource: RayResourceOpt = None,
     quiet: Annotated[bool, typer.Option(help="No live view.")] = False,
@@ -235,8 +233,8 @@ def run_command(
         env_id=_pick(env, prior.env_id if prior else None, "--env"),
         episodes=_pick(episodes, prior.episodes if prior else None, "--episodes"),
         concurrency=concurrency, backend=_pick(backend, prior.backend if prior else None, "--backend",
-                                               DEFAULT_BACKEND),
-        seed=_pick(seed, prior.seed if prior else None, "--seed", 0),
+                                               FarmConfig.backend),
+        seed=_pick(seed, prior.seed if prior else None, "--seed", FarmConfig.seed),
         env_kwargs=_env_kwargs(env_kwargs, prior), max_staleness=max_staleness,
         learner_timeout_s=learner_timeout, step_slots=step_slots)
     sinks: list[Sink] = []
@@ -281,7 +279,7 @@ def eval_command(
     episodes: Annotated[int | None, typer.Option(min=1, help="Tasks (seeds seed .. seed+N-1).")] = None,
     attempts: Annotated[int | None, typer.Option(min=1, help="Attempts per task, the k of pass@k.")] = None,
     backend: BackendOpt = None,
-    concurrency: ConcurrencyOpt = 8,
+    concurrency: ConcurrencyOpt = FarmConfig.concurrency,
     step_slots: StepSlotsOpt = None,
     seed: SeedOpt = None,
     success_threshold: Annotated[float, typer.Option(help="An attempt succeeds when its return is at least "
@@ -310,8 +308,8 @@ def eval_command(
     config = FarmConfig(
         env_id=_pick(env, prior.env_id if prior else None, "--env"), episodes=tasks * k, attempts=k,
         concurrency=concurrency, backend=_pick(backend, prior.backend if prior else None, "--backend",
-                                               DEFAULT_BACKEND),
-        seed=_pick(seed, prior.seed if prior else None, "--seed", 0),
+                                               FarmConfig.backend),
+        seed=_pick(seed, prior.seed if prior else None, "--seed", FarmConfig.seed),
         env_kwargs=_env_kwargs(env_kwargs, prior), step_slots=step_slots)
     pol = _policy(spec, concurrency, model, policy_timeout, policy_retries, temperature, max_tokens)
     folder = resume or _new_run_dir(run_dir)

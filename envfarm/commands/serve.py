@@ -28,7 +28,7 @@ def serve(
              "Face model folder (config.json; needs envfarm[hf]).")] = None,
     host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on (0: any free port).")] = 8000,
-    device: Annotated[str | None, typer.Option(help="cpu, cuda or cuda:N [default: cuda when available].")]
+    device: Annotated[str | None, typer.Option(help="cpu, cuda or cuda:N \\[default: cuda when available].")]
     = None,
     max_batch: Annotated[int, typer.Option(min=1, help="Most rows (requests x n) per forward batch.")] = 32,
     batch_window_ms: Annotated[float, typer.Option(min=0, help="Wait this long for requests to batch.")]
@@ -42,7 +42,7 @@ def serve(
         min=0, help="MiB of keys/values kept for prompts that extend earlier ones (0: off).")] = 1024,
     seed: Annotated[int, typer.Option(help="Seed of the preset's initial weights and of sampling.")] = 0,
     threads: Annotated[int | None, typer.Option(
-        min=1, help="torch CPU threads of the model thread [default: torch's]; 1 is fastest on a busy "
+        min=1, help="torch CPU threads of the model thread \\[default: torch's]; 1 is fastest on a busy "
                     "machine.")] = None,
 ) -> None:
     """Serve a policy over OpenAI-compatible HTTP: /v1/models, /v1/chat/completions, POST /weights."""

@@ -1,0 +1,71 @@
+"""CLI options declared by the config dataclasses: a field's help and default are written once, on the field.
+
+    concurrency: Annotated[int, config_option(FarmConfig, "concurrency", min=1)] = FarmConfig.concurrency
+
+``config_option`` takes the help text from the field's docstring (the string literal under it, as the config
+classes document their fields) and adds ``[default: ...]`` when the CLI leaves the default to the config
+(an option whose CLI default is None). ``tests/test_cli_config.py`` checks every option named like a
+config field against the field.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import textwrap
+from functools import cache
+from typing import Any
+
+import typer
+
+
+@cache
+def field_docs(cls: type) -> dict[str, str]:
+    """``{field: docstring}`` of a dataclass, from the string literal under each field in its source."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0]
+        assert isinstance(body, ast.ClassDef)
+        for node, after in zip(body.body, body.body[1:], strict=False):
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                    and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                    and isinstance(after.value.value, str)):
+                docs[node.target.id] = " ".join(after.value.value.split()).replace("``", "`")
+    return docs
+
+
+def field_default(cls: type, name: str) -> Any:
+    """The default of field ``name`` (its factory called); KeyError for a field without one."""
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            if f.default is not dataclasses.MISSING:
+                return f.default
+            if f.default_factory is not dataclasses.MISSING:
+                return f.default_factory()
+            raise KeyError(f"{cls.__name__}.{name} has no default")
+    raise KeyError(f"{cls.__name__} has no field {name!r}")
+
+
+def config_help(cls: type, name: str) -> str:
+    """The field's docstring as option help."""
+    text = field_docs(cls).get(name)
+    if text is None:
+        raise KeyError(f"{cls.__name__}.{name} has no docstring to use as help")
+    return text
+
+
+def config_option(cls: type, name: str, *param_decls: str, config_default: bool = False, more: str = "",
+                  **kwargs: Any) -> Any:
+    """``typer.Option`` for field ``name`` of ``cls``: help from the field, then ``more`` (what only the CLI
+    needs to say, e.g. a format); ``config_default``: the CLI's default is None and the config's default
+    applies, so help names it."""
+    text = config_help(cls, name) + (f" {more}" if more else "")
+    if config_default:
+        text += f" \\[default: {field_default(cls, name)}]"  # escaped: typer help is rich markup
+    return typer.Option(*param_decls, help=text, **kwargs)
+
+
+__all__ = ["config_help", "config_option", "field_default", "field_docs"]
