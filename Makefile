@@ -10,7 +10,7 @@ help:
 	@echo "make setup   install docker.io/bubblewrap/debootstrap if missing, start dockerd, .venv, build images"
 	@echo "make test    setup, then the test suite (PYTEST_ARGS='-k foo' to select)"
 	@echo "make demo    setup, then envfarm demo"
-	@echo "make lint    ruff check"
+	@echo "make lint    ruff check, then mypy (scripts/typecheck.py)"
 
 setup:
 	scripts/setup.sh
@@ -24,3 +24,4 @@ demo: setup
 lint:
 	scripts/setup.sh --venv-only
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/python scripts/typecheck.py

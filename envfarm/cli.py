@@ -37,7 +37,8 @@ def report_error(error: FarmError) -> None:
 class FarmGroup(TyperGroup):
     """The root group: maps FarmError from any subcommand to :func:`report_error` + exit code 2."""
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: typer.Context) -> Any:  # type: ignore[override]  # typer.Context is the same
+        # object click passes (typer vendors click as typer._click; its Context is not public)
         try:
             return super().invoke(ctx)
         except FarmError as e:

@@ -16,11 +16,12 @@ report (report.json, run summaries), evaluate (the whole run).
 from __future__ import annotations
 
 from .config import HarnessConfig
+from .env_spec import EnvSpec
 from .evaluate import Event, RunReport, evaluate
 from .grading import ErrorKind, InstanceReport, Outcome, ResolutionStatus, TestResults, grade
 from .instances import GOLD, Instance, Prediction, load_instances, load_predictions, select
 from .report import RunSummary, wilson
-from .specs import EnvSpec, Plan, SpecCatalog, plan_all
+from .specs import Plan, SpecCatalog, plan_all
 from .tamper import RULES, Finding, Policy
 
 __all__ = [

@@ -215,11 +215,12 @@ def _body(must_pass: bool, rng: Random, indent: str, anchors: Sequence[str]) -> 
                   "    raise AssertionError(total)"]
     else:
         items = [rng.randrange(100) for _ in range(rng.randrange(5, 9))]
-        want = sorted(items)
+        ranked = sorted(items)
         if not must_pass:
-            i = rng.randrange(len(want) - 1)
-            want[i], want[i + 1] = want[i + 1], want[i] + (0 if want[i] != want[i + 1] else 1)
-        lines += [f"got = sorted({items!r})[zero:]", f"if got != {want!r}:", "    raise AssertionError(got)"]
+            i = rng.randrange(len(ranked) - 1)
+            ranked[i], ranked[i + 1] = ranked[i + 1], ranked[i] + (0 if ranked[i] != ranked[i + 1] else 1)
+        lines += [f"got = sorted({items!r})[zero:]", f"if got != {ranked!r}:",
+                  "    raise AssertionError(got)"]
     return "".join(f"{indent}{line}\n" for line in lines)
 
 

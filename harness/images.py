@@ -44,7 +44,8 @@ from envfarm.sandbox.recipes import (
 
 from . import repos
 from .config import ImageSource
-from .specs import EnvSpec, Plan
+from .env_spec import EnvSpec
+from .specs import Plan
 
 log = logging.getLogger(__name__)
 

@@ -310,7 +310,8 @@ def _pyarrow_rows(path: Path, kind: str) -> list[dict[str, Any]]:
                     table = pa.ipc.open_file(source).read_all()
     except (OSError, pa.ArrowException) as e:
         raise DatasetError(f"cannot read {path} as {kind}: {e}") from e
-    return table.to_pylist()
+    rows: list[dict[str, Any]] = table.to_pylist()
+    return rows
 
 
 def _dataset_files(folder: Path, split: str) -> list[Path]:

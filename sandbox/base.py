@@ -175,7 +175,7 @@ class Sandbox(Transfers):
             raw = await self._handle.pipe.readline()
             if not raw:
                 raise EOFError("end of stream")
-            reply = json.loads(raw)
+            reply: dict[str, Any] = json.loads(raw)
             if reply.get("id") == req_id:
                 return reply
             log.debug("%s skipped a stale agent reply %s", self, reply.get("id"))

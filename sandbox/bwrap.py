@@ -167,6 +167,8 @@ def describe_exit(code: int | None) -> str:
 class BwrapHandle(Handle):
     """One live bwrap sandbox: the pipe to its agent and its cgroup."""
 
+    pipe: ProcessPipe
+
     def __init__(self, pipe: ProcessPipe, cgroup: Cgroup, limits: Limits) -> None:
         self.pipe = pipe
         self.cgroup = cgroup

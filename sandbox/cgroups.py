@@ -44,9 +44,12 @@ _OWNER = re.compile(r"^(\d+)-")
 class CgroupLimits(Protocol):
     """The fields of ``base.Limits`` a cgroup enforces."""
 
-    cpus: float
-    memory_mb: int
-    pids: int
+    @property
+    def cpus(self) -> float: ...
+    @property
+    def memory_mb(self) -> int: ...
+    @property
+    def pids(self) -> int: ...
 
 
 def _write(path: Path, value: str) -> None:

@@ -233,7 +233,7 @@ class DockerBackend(Backend):
             network_disabled=True,
             stop_signal="SIGKILL",
         )
-        return created["Id"]
+        return str(created["Id"])
 
     @staticmethod
     def _remove(name_or_id: str) -> None:

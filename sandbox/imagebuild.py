@@ -316,5 +316,5 @@ def _consume(chunk: dict[str, Any], tag: str, lines: deque[str], progress: Progr
         )
     aux = chunk.get("aux")
     if isinstance(aux, dict) and isinstance(aux.get("ID"), str):
-        return aux["ID"]
+        return str(aux["ID"])
     return None

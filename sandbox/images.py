@@ -268,7 +268,8 @@ def _drop_replaced(old: Image | None, new_id: str) -> None:
 
 def _envfarm_images() -> list[Image]:
     try:
-        return dockerutil.client().images.list(filters={"label": f"{config.LABEL}=1"})
+        found: list[Image] = dockerutil.client().images.list(filters={"label": f"{config.LABEL}=1"})
+        return found
     except (DockerException, requests.RequestException) as e:
         raise ImageError(f"cannot list docker images: {e}") from e
 

@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 
 
 class LocalHandle(Handle):
+    pipe: ProcessPipe
+
     def __init__(self, pipe: ProcessPipe, workdir: str) -> None:
         self.pipe = pipe
         self.workdir = workdir

@@ -119,9 +119,9 @@ def load_base_recipe(name: str = DEFAULT_BASE) -> BaseRecipe:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise ConfigError(f"cannot read {path}: {e}") from e
-    known = {"suite", "variant", "mirror", "python", "glibc", "packages", "env_packages"}
-    if unknown := sorted(set(data) - known):
-        raise ConfigError(f"{path}: unknown keys {unknown}; known: {sorted(known)}")
+    keys = {"suite", "variant", "mirror", "python", "glibc", "packages", "env_packages"}
+    if unknown := sorted(set(data) - keys):
+        raise ConfigError(f"{path}: unknown keys {unknown}; known: {sorted(keys)}")
     packages = data.get("packages", [])
     if "suite" not in data or not isinstance(packages, list) or not all(isinstance(p, str) for p in packages):
         raise ConfigError(f'{path}: needs suite = "..." and packages = ["...", ...]')

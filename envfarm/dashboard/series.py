@@ -14,12 +14,17 @@ MAX_POINTS = 60
 MIN_BUCKET_S = 0.5
 
 
-class _Row(Protocol):
-    status: str
-    reward: float
-    steps: int
-    started_at: float
-    finished_at: float
+class _Row(Protocol):  # read-only members: frozen dataclasses fit
+    @property
+    def status(self) -> str: ...
+    @property
+    def reward(self) -> float: ...
+    @property
+    def steps(self) -> int: ...
+    @property
+    def started_at(self) -> float: ...
+    @property
+    def finished_at(self) -> float: ...
 
 
 def time_series(rows: Sequence[_Row], running: bool = False) -> dict[str, list[Any]]:

@@ -124,7 +124,7 @@ class RayFarm(Farm):
         from ray import cloudpickle
 
         try:
-            return bytes(cloudpickle.dumps(self.policy))
+            return bytes(cloudpickle.dumps(self.policy))  # type: ignore[no-untyped-call]
         except Exception as e:  # what pickling raises depends on the object
             raise ConfigError(f"the policy {self.policy.name} cannot be sent to Ray workers ({e}); use a "
                               "policy spec (oracle, random, openai:URL) or a picklable callable") from e

@@ -136,7 +136,7 @@ class Receiver:
         current = self.weight_version
         if self.max_staleness is None or not isinstance(version, int) or not isinstance(current, int):
             return False
-        return self.weight_version - version > self.max_staleness
+        return current - version > self.max_staleness
 
     async def _get_version(self, request: web.Request) -> web.Response:
         return web.json_response({"weight_version": self.weight_version})

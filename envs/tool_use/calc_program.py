@@ -122,7 +122,7 @@ def render(value):
     return "%s/%s (= %s)" % (value.numerator, value.denominator, format(float(value), ".10g"))
 
 
-def evaluate(text):
+def evaluate(text: str) -> Fraction:
     value = Parser(tokenize(text)).parse()
     if len(str(value.numerator)) > MAX_DIGITS:
         raise CalcError("result too large")

@@ -24,6 +24,7 @@ import hashlib
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +37,7 @@ STEMS = ("intro", "summary", "plan", "budget", "meeting", "ideas", "review", "ro
          "draft", "goals", "risks", "notes")
 LOG_LEVELS = ("INFO", "WARN", "ERROR", "DEBUG")
 LITTER = (".tmp", ".bak", ".swp")
-State = dict[str, tuple]
+State = dict[str, tuple[Any, ...]]
 
 
 def sha(data: bytes) -> str:

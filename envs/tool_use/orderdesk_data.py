@@ -172,7 +172,8 @@ class _Builder:
         self.db["customers"][cid] = {"customer_id": cid, "name": name,
                                      "email": f"{first}.{last}{num}@example.com", "address": self.address(),
                                      "payment_methods": methods, "orders": []}
-        return self.db["customers"][cid]
+        made: dict[str, Any] = self.db["customers"][cid]
+        return made
 
     def item(self, product: Mapping[str, Any], variant: Mapping[str, Any]) -> dict[str, Any]:
         return {"item_id": variant["item_id"], "product_id": product["product_id"], "name": product["name"],
@@ -194,7 +195,8 @@ class _Builder:
             "items": list(items.values()), "payment_method_id": self.pick(customer["payment_methods"])["id"],
             "address": dict(customer["address"])}
         customer["orders"] = sorted([*customer["orders"], oid])
-        return self.db["orders"][oid]
+        order: dict[str, Any] = self.db["orders"][oid]
+        return order
 
 
 def _plan_cancel(b: _Builder, me: dict[str, Any], refuse: bool) -> Plan:

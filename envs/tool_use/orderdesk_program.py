@@ -15,6 +15,8 @@ import copy
 import json
 import os
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 CANCEL_REASONS = ("no longer needed", "ordered by mistake")
 ADDRESS_FIELDS = ("address1", "address2", "city", "state", "zip")
@@ -29,7 +31,7 @@ def _norm(text):
     return " ".join(str(text).split()).lower()
 
 
-def order_key(order_id):
+def order_key(order_id: object) -> str:
     """``W1234567`` and ``#W1234567`` name the same order."""
     oid = str(order_id).strip()
     return oid if oid.startswith("#") else "#" + oid
@@ -42,7 +44,7 @@ def _order(db, order_id):
     return order
 
 
-def find_variant(db, item_id):
+def find_variant(db: Mapping, item_id: object) -> tuple:
     """(product, variant) of catalog item ``item_id``, or (None, None)."""
     for product in db["products"].values():
         variant = product["variants"].get(item_id)
@@ -162,7 +164,7 @@ OPS = {f.__name__: f for f in (find_customer, get_customer, get_order, list_prod
                                cancel_order, modify_address, return_items, exchange_items)}
 
 
-def run(db, op, args):
+def run(db: dict, op: str, args: dict) -> Any:
     """Apply ``op`` to ``db`` (changed in place); returns a copy of its result. Raises OpError."""
     if op not in OPS:
         raise OpError("unknown operation %r" % op)
