@@ -2,7 +2,8 @@
 
 A task is a SWE-bench row (the harness's :class:`~envfarm.harness.Instance`): the built-in set by default
 (``builtin.py``; its repos are materialized under ``config.home()/code_repair/repos``), or ``tasks=PATH``
-(any file ``load_instances`` reads) with ``repo_source=DIR`` holding the ``owner__name`` git repos.
+(any file ``load_instances`` reads, or a catalogue folder of ``envfarm tasks mine --packages-file``; also
+spelled ``instances=PATH``) with ``repo_source=DIR`` holding the ``owner__name`` git repos.
 ``reset(seed=s)`` picks task ``s % len(tasks)`` (``options={"instance_id": ...}`` picks one by name), makes
 sure its instance image exists (the harness image builder: content-hashed, built once), leases a sandbox
 from it and copies the repository at the base commit to ``/workspace/testbed`` as the harness does.
@@ -52,7 +53,7 @@ from ..actions import Action
 from ..core import AgentEnv, Outcome, tool
 from ..meta import CodeRepairMeta
 from . import builtin, tools
-from .factory.sources import rebuilt
+from .factory.sources import catalogue_tasks, rebuilt
 from .predictions import write_predictions
 from .tools import BashArgs, CreateArgs, NoArgs, RunTestsArgs, SearchArgs, StrReplaceArgs, ViewArgs
 
@@ -103,6 +104,10 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
         grade_timeout_s: float = 600.0,
         **kwargs: Any,
     ) -> None:
+        if "instances" in kwargs:  # instances=: the same as tasks= (a file, or a mined catalogue folder)
+            if tasks is not None:
+                raise ConfigError("CodeRepair takes tasks= or instances= (the same thing), not both")
+            tasks = kwargs.pop("instances")
         for name, value in (("bash_timeout_s", bash_timeout_s), ("test_timeout_s", test_timeout_s),
                             ("grade_timeout_s", grade_timeout_s)):
             if value <= 0:
@@ -113,7 +118,8 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
             instances, source = builtin_instances()
             self.repo_source: Path | None = Path(repo_source) if repo_source else source
         else:
-            instances = tuple(load_instances(tasks))
+            mined = catalogue_tasks(tasks)
+            instances = tuple(load_instances(tasks) if mined is None else mined)
             self.repo_source = Path(repo_source) if repo_source else None
             if self.repo_source is None and (found := rebuilt(instances)) is not None:
                 self.repo_source, specs = found[0], (*specs, found[1])  # rows from `envfarm tasks mine`
