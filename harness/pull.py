@@ -173,7 +173,8 @@ def check_envfarm(ref: str, inst: Instance, tree: str | None) -> int:
         problems.append(f"its repository is {found['message'] or found['head'] or 'missing'!r}, not {want!r}")
     if tree is not None and found["tree"] != tree:
         problems.append(f"its tree is {found['tree']}, the base commit's is {tree}")
-    label = (dockerutil.get_image(ref).labels or {}).get("envfarm.harness.instance")  # type: ignore[union-attr]
+    image = dockerutil.get_image(ref)
+    label = (image.labels or {}).get("envfarm.harness.instance") if image is not None else None
     if label not in (None, inst.instance_id):
         problems.append(f"it is labelled as the image of {label}")
     _mismatch(ref, inst, problems)

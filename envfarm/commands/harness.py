@@ -113,8 +113,8 @@ def run(
     except ValueError:
         raise ConfigError(f"--tamper {tamper!r}: choose revert, flag or off") from None
     rows = load_instances(instances, _ids(instance_ids, ctx.args), split=split)
-    repo_source, specs = _sources(rows, repo_source, specs)
-    options = {"run_id": run_id, "report_dir": report_dir, "repo_source": repo_source}
+    source, specs = _sources(rows, repo_source, specs)
+    options = {"run_id": run_id, "report_dir": report_dir, "repo_source": source}
     options |= {"specs": tuple(specs or ()), "max_workers": max_workers, "timeout_s": timeout}
     options |= {"canaries": canaries, "output_cap_mb": output_cap_mb}
     options |= {"image_source": image_source, "registry": registry}
@@ -155,8 +155,8 @@ def validate_cmd(
     from envfarm.harness.validate import validate
 
     rows = load_instances(instances, _ids(instance_ids, ctx.args), split=split)
-    repo_source, specs = _sources(rows, repo_source, specs)
-    options = {"run_id": run_id, "report_dir": report_dir, "repo_source": repo_source}
+    source, specs = _sources(rows, repo_source, specs)
+    options = {"run_id": run_id, "report_dir": report_dir, "repo_source": source}
     options |= {"specs": tuple(specs or ()), "max_workers": max_workers, "timeout_s": timeout}
     options |= {"image_source": image_source, "registry": registry}
     config = _valid(HarnessConfig, **options)
@@ -406,9 +406,9 @@ def images_list(
             str(e.instance_images), f"{e.instance_bytes / 1e6:.0f}", f"{e.total_bytes / 1e6:.0f}",
         )  # fmt: skip
     console.print(table)
-    total = sum(e.total_bytes for e in envs)
+    held = sum(e.total_bytes for e in envs)
     console.print(
-        f"{len(found)} images in {len(envs)} repo/versions, {total / 1e6:.0f} MB of their own layers "
+        f"{len(found)} images in {len(envs)} repo/versions, {held / 1e6:.0f} MB of their own layers "
         "(the Debian bases not counted); `--images` lists each",
         highlight=False,
     )
