@@ -89,7 +89,8 @@ class Inferred:
     def env_recipe(self, infer: bool = True) -> EnvRecipe:
         chosen = (d.requirement for d in self.dependencies if infer or not d.inferred)
         packages = sorted(chosen, key=str.lower)
-        return EnvRecipe(tuple(packages), self.test_cmd, self.layout.pythonpath, HARNESS_TIMEOUT_S)
+        return EnvRecipe(tuple(packages), self.test_cmd, self.layout.pythonpath, HARNESS_TIMEOUT_S,
+                         self.recipe.env)
 
 
 def infer(spec: PackageSpec, sdists: Path, find_links: Sequence[Path] = (),
@@ -112,7 +113,7 @@ async def prepare(spec: PackageSpec, work: WorkFolder, backend: Backend, find_li
     recipe, layout, sd = found.recipe, found.layout, found.sdist
     project, built = await _environment(found, work)
     env_recipe = project.env
-    env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": layout.pythonpath}
+    env = env_recipe.env
     stamp = hashlib.sha256("\0".join([sd.sha256, built.tag, env_recipe.test_cmd, *layout.test_paths])
                            .encode()).hexdigest()[:16]
     cached = work.read_baseline(project.key, stamp)

@@ -9,6 +9,7 @@ derived (``deps.py``, ``sdist.py``).
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,8 @@ class RecipeTable(BaseModel):
     """Per-mutant test timeout; default 4x the baseline suite time, at least ``min_timeout_s``."""
     min_timeout_s: float | None = None
     """Floor of the derived per-mutant timeout."""
+    env: dict[str, str] | None = None
+    """Environment variables the suite needs (names: letters, digits, underscores)."""
 
 
 class RecipesFile(BaseModel):
@@ -67,12 +70,11 @@ class Recipe:
     skip_source: tuple[str, ...]
     timeout_s: float | None
     min_timeout_s: float
+    env: tuple[tuple[str, str], ...] = ()
 
 
 def normalize(name: str) -> str:
     """PEP 503 name normalization: ``Python_Slugify`` -> ``python-slugify``."""
-    import re
-
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
@@ -101,4 +103,13 @@ def load_recipe(name: str, path: Path = RECIPES_FILE) -> Recipe:
         skip_source=tuple((base.skip_source or []) + (own.skip_source or [])),
         timeout_s=own.timeout_s or base.timeout_s,
         min_timeout_s=own.min_timeout_s or base.min_timeout_s or 20.0,
+        env=_variables(name, {**(base.env or {}), **(own.env or {})}),
     )
+
+
+def _variables(name: str, env: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    bad = [k for k in env if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k) or k in ("PYTHONPATH",)]
+    if bad:
+        raise ConfigError(f"recipe of {name}: env names {bad} are not plain variable names (PYTHONPATH is "
+                          "the factory's own)")
+    return tuple(sorted(env.items()))

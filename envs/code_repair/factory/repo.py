@@ -49,10 +49,23 @@ class EnvRecipe:
     test_cmd: str
     pythonpath: str
     timeout_s: float
+    variables: tuple[tuple[str, str], ...] = ()
+    """Environment variables the suite needs (the recipe's ``env``), beside PYTHONPATH."""
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Every variable the tests run with."""
+        return {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": self.pythonpath, **dict(self.variables)}
 
     def to_json(self) -> dict[str, Any]:
-        return {"packages": list(self.packages), "test_cmd": self.test_cmd, "pythonpath": self.pythonpath,
-                "timeout_s": self.timeout_s}
+        out = {"packages": list(self.packages), "test_cmd": self.test_cmd, "pythonpath": self.pythonpath,
+               "timeout_s": self.timeout_s}
+        return {**out, "variables": dict(self.variables)} if self.variables else out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> EnvRecipe:
+        return cls(tuple(data["packages"]), data["test_cmd"], data["pythonpath"], float(data["timeout_s"]),
+                   tuple(sorted((data.get("variables") or {}).items())))
 
 
 @dataclass(frozen=True)
@@ -180,7 +193,7 @@ def spec_text(project: Project) -> str:
         "install = []\n"
         f"test_cmd = {q(env.test_cmd)}\n"
         'directives = "paths"\n'
-        f'env = {{ PYTHONDONTWRITEBYTECODE = "1", PYTHONPATH = {q(env.pythonpath)} }}\n'
+        f"env = {{ {', '.join(f'{k} = {q(v)}' for k, v in env.env.items())} }}\n"
         f"timeout_s = {env.timeout_s:.0f}\n"
     )
 
@@ -218,8 +231,7 @@ def rebuild(table: Sequence[Mapping[str, Any]], dest: Path, sdists: Path,
         if sd.sha256 != src["sha256"]:
             raise TaskFactoryError(f"the sdist of {name}=={version} has sha256 {sd.sha256}, the rows name "
                                    f"{src['sha256']}; delete {sd.path} and run again (or the index changed)")
-        env = EnvRecipe(tuple(src["env"]["packages"]), src["env"]["test_cmd"], src["env"]["pythonpath"],
-                        float(src["env"]["timeout_s"]))
+        env = EnvRecipe.from_json(src["env"])
         project = make_project(sd.spec, sd.path.name, sd.sha256, unpack(sd), env)
         bugs = [_bug_of(r) for r in members]
         repo = materialize(project, bugs, dest / "repos")

@@ -137,3 +137,22 @@ def test_recipes_check_prints_what_was_inferred(tmp_path: Path, monkeypatch: pyt
     assert "overrides:    none" in text
     listing = CliRunner().invoke(app, ["tasks", "recipes"]).output
     assert "attrs:" in listing and "every other project: inferred" in listing
+
+
+def test_recipe_env_reaches_the_spec_and_rows(tmp_path: Path) -> None:
+    from envfarm.envs.code_repair.factory.repo import EnvRecipe, Project, spec_text
+    from envfarm.errors import ConfigError
+
+    table = tmp_path / "recipes.toml"
+    table.write_text('[packages.demo]\nenv = { DEMO_TESTING = "1" }\n')
+    recipe = load_recipe("demo", table)
+    assert recipe.env == (("DEMO_TESTING", "1"),) and load_recipe("other", table).env == ()
+    env = EnvRecipe(("pytest",), "python -m pytest", ".", 600.0, recipe.env)
+    assert 'env = { PYTHONDONTWRITEBYTECODE = "1", PYTHONPATH = ".", DEMO_TESTING = "1" }' in spec_text(
+        Project(SPEC, "demo-1.0.tar.gz", "0" * 64, {}, env))
+    assert EnvRecipe.from_json(env.to_json()) == env
+    plain = EnvRecipe(("pytest",), "python -m pytest", ".", 600.0)
+    assert "variables" not in plain.to_json()  # rows without variables read as before
+    table.write_text('[packages.demo]\nenv = { PYTHONPATH = "x" }\n')
+    with pytest.raises(ConfigError, match="not plain variable names"):
+        load_recipe("demo", table)
