@@ -315,7 +315,7 @@ def _constant(file: str, node: ast.Constant, src: _Source) -> Mutation:
     text = src.text(start, end)
     if isinstance(node.value, bool):
         return Mutation(file, "constant", start, end, str(not node.value), node.lineno)
-    new = str(node.value + 1) if text.isdigit() else f"({text} + 1)"
+    new = str(int(text) + 1) if text.isdigit() else f"({text} + 1)"
     return Mutation(file, "constant", start, end, new, node.lineno)
 
 

@@ -42,7 +42,7 @@ class Outcome:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Outcome:
-        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
         return cls(**fields)
 
 
