@@ -32,7 +32,7 @@ from envfarm.trainer.train_config import ENV_DEFAULTS, TrainConfig
 console = Console()
 err_console = Console(stderr=True)
 
-RESUMABLE = {"rl_updates", "minutes", "device", "threads", "concurrency", "eval_episodes", "nproc"}
+RESUMABLE = {"rl_updates", "minutes", "sft_steps", "device", "threads", "concurrency", "eval_episodes", "nproc"}
 """Options that may change when a run is resumed (the rest define the run)."""
 OPTION_NAMES = {"env_id": "--env"}
 """Options not named after their TrainConfig field (``--field-name``)."""
