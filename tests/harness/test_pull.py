@@ -15,6 +15,7 @@ import pytest
 from servers import registry
 from toyrepo import KEY, git, row
 
+from envfarm import config
 from envfarm.errors import ConfigError, ImageError, ImageMismatch, ImagePullError
 from envfarm.harness import HarnessConfig, SpecCatalog, evaluate, load_predictions
 from envfarm.harness.config import ImageSource
@@ -55,6 +56,14 @@ def _plan(inst: Instance, specs: Path) -> Plan:
     return SpecCatalog((specs,)).plan(inst)
 
 
+@pytest.fixture(scope="module")
+def reg() -> Iterator[str]:
+    """One registry on 127.0.0.1 for the module, its storage kept under $ENVFARM_HOME: a push sends only the
+    layers it does not hold yet (the toy env's ~300 MB once per machine, then kilobytes)."""
+    with registry(config.home() / "test-registry") as address:
+        yield address
+
+
 @pytest.fixture
 def cleanup() -> Iterator[list[str]]:
     tags: list[str] = []
@@ -66,38 +75,37 @@ def cleanup() -> Iterator[list[str]]:
 
 
 @pytest.mark.docker
-def test_pull_checks_and_falls_back(toy: tuple[Path, str, Path], tmp_path: Path, cleanup: list[str]) -> None:
+def test_pull_checks_and_falls_back(
+    toy: tuple[Path, str, Path], tmp_path: Path, cleanup: list[str], reg: str
+) -> None:
     source, base, specs = toy
     future = git(source / KEY, "rev-parse", "HEAD")
     gold = _inst("envfarm-tests__calc-1", base)
     built = asyncio.run(ImageBuilder(source).instance(_plan(gold, specs)))  # cached across sessions
-    with registry(tmp_path / "registry") as reg:
-        ref = pull_ref(gold, reg)
-        wrong = _inst("envfarm-tests__calc-2", future)  # its name, the calc-1 image (another commit)
-        cleanup.extend([ref, pull_ref(wrong, reg)])
-        _push(built.tag, ref)
-        _push(built.tag, pull_ref(wrong, reg))
+    ref = pull_ref(gold, reg)
+    wrong = _inst("envfarm-tests__calc-2", future)  # its name, the calc-1 image (another commit)
+    cleanup.extend([ref, pull_ref(wrong, reg)])
+    _push(built.tag, ref)
+    _push(built.tag, pull_ref(wrong, reg))
 
-        cfg = HarnessConfig(
-            run_id="pull", report_dir=tmp_path / "out", specs=(specs,), image_source=ImageSource.PULL,
-            registry=reg, timeout_s=120,
-        )  # fmt: skip
-        run = asyncio.run(evaluate([gold], load_predictions("gold", [gold]), cfg))
-        report = run.reports[gold.instance_id]
-        assert report.resolved, report
-        assert report.extra["image"] == ref and dockerutil.get_image(ref) is not None
+    cfg = HarnessConfig(
+        run_id="pull", report_dir=tmp_path / "out", specs=(specs,), image_source=ImageSource.PULL,
+        registry=reg, timeout_s=120,
+    )  # fmt: skip
+    run = asyncio.run(evaluate([gold], load_predictions("gold", [gold]), cfg))
+    report = run.reports[gold.instance_id]
+    assert report.resolved, report
+    assert report.extra["image"] == ref and dockerutil.get_image(ref) is not None
 
-        mismatch = rf"not an image of envfarm-tests__calc-2 .*envfarm snapshot of {base}"
-        with pytest.raises(ImageMismatch, match=mismatch):
-            pull_instance(_plan(wrong, specs), reg, None)
-        missing = _inst(f"envfarm-tests__calc-{uuid.uuid4().hex[:8]}", base)
-        with pytest.raises(ImagePullError, match=rf"pulling {reg}/swebench/sweb.eval.x86_64.envfarm-tests"):
-            pull_instance(_plan(missing, specs), reg, None)
-        # auto: an image the registry does not have is built instead (from the repository)
-        auto = ImageBuilder(source, image_source=ImageSource.AUTO, registry=reg)
-        fallback = asyncio.run(auto.instance(_plan(missing, specs)))
-        cleanup.append(fallback.tag)
-        assert fallback.built and fallback.tag.startswith(f"envfarm/sweb.eval.{missing.instance_id}:")
+    mismatch = rf"not an image of envfarm-tests__calc-2 .*envfarm snapshot of {base}"
+    with pytest.raises(ImageMismatch, match=mismatch):
+        pull_instance(_plan(wrong, specs), reg, None)
+    missing = _inst("envfarm-tests__calc-1", base, image=f"envfarm-test/never-pushed:{uuid.uuid4().hex[:8]}")
+    with pytest.raises(ImagePullError, match=rf"pulling {reg}/envfarm-test/never-pushed:.* not found"):
+        pull_instance(_plan(missing, specs), reg, None)
+    # auto: an image the registry does not have is built instead (here the build is the cached one)
+    auto = ImageBuilder(source, image_source=ImageSource.AUTO, registry=reg)
+    assert asyncio.run(auto.instance(_plan(missing, specs))).tag == built.tag
 
 
 _OFFICIAL_DOCKERFILE = """\
@@ -109,7 +117,7 @@ RUN python -m pip install --no-deps --no-build-isolation -e /testbed
 
 @pytest.mark.docker
 def test_an_official_layout_image_is_checked_and_adapted(
-    toy: tuple[Path, str, Path], tmp_path: Path, cleanup: list[str]
+    toy: tuple[Path, str, Path], tmp_path: Path, cleanup: list[str], reg: str
 ) -> None:
     """An image shaped like SWE-bench's (full history at /testbed, a tag on a later commit, SWE-bench's empty
     commit on the base): pulled, checked, adapted to a one-commit snapshot; gold resolves in it."""
@@ -123,31 +131,30 @@ def test_an_official_layout_image_is_checked_and_adapted(
     git(testbed, "reset", "-q", "--hard", base)
     git(testbed, "commit", "-q", "--allow-empty", "-m", "SWE-bench")
     (ctx / "Dockerfile").write_text(_OFFICIAL_DOCKERFILE.format(env=env.tag))
-    local = f"envfarm-test/official-like:{uuid.uuid4().hex[:8]}"
-    cleanup.append(local)
-    dockerutil.client().images.build(path=str(ctx), tag=local, network_mode="none", rm=True)
+    local = f"envfarm-test/official-like:{env.hash}-{base[:12]}"  # kept, like the toy's images
+    if dockerutil.get_image(local) is None:
+        dockerutil.client().images.build(path=str(ctx), tag=local, network_mode="none", rm=True, forcerm=True)
     official = _inst("envfarm-tests__calc-1", base, image=official_name("envfarm-tests__calc-1"))
-    with registry(tmp_path / "registry") as reg:
-        ref = pull_ref(official, reg)
-        cleanup.append(ref)
-        _push(local, ref)
-        image = pull_instance(_plan(official, specs), reg, None)
-        cleanup.append(image.tag)
-        assert image.tag.startswith("envfarm/sweb.pulled.envfarm-tests__calc-1:") and image.repo_bytes > 0
-        listing = dockerutil.client().containers.run(
-            image.tag, ["bash", "-c", f"git -c safe.directory='*' -C {PRISTINE} rev-list --all; "
-                        f"git -c safe.directory='*' -C {PRISTINE} tag; ls -ld /testbed"],
-            network_mode="none", remove=True,
-        ).decode()  # fmt: skip
-        assert len(listing.split("\n")[0]) == 40 and "v-future" not in listing, listing
-        assert "/testbed -> /workspace/testbed" in listing
-        cfg = HarnessConfig(
-            run_id="official", report_dir=tmp_path / "out", specs=(specs,), image_source=ImageSource.PULL,
-            registry=reg, timeout_s=120,
-        )  # fmt: skip
-        run = asyncio.run(evaluate([official], load_predictions("gold", [official]), cfg))
-        assert run.reports[official.instance_id].resolved, run.reports[official.instance_id]
-        bad = _inst("envfarm-tests__calc-1", "1" * 40, image=official.image)
-        with pytest.raises(ImageMismatch, match=r"/testbed is at [0-9a-f]{40} \(parent " + base):
-            pull_instance(_plan(bad, specs), reg, None)
+    ref = pull_ref(official, reg)
+    cleanup.append(ref)
+    _push(local, ref)
+    image = pull_instance(_plan(official, specs), reg, None)
+    cleanup.append(image.tag)
+    assert image.tag.startswith("envfarm/sweb.pulled.envfarm-tests__calc-1:") and image.repo_bytes > 0
+    listing = dockerutil.client().containers.run(
+        image.tag, ["bash", "-c", f"git -c safe.directory='*' -C {PRISTINE} rev-list --all; "
+                    f"git -c safe.directory='*' -C {PRISTINE} tag; ls -ld /testbed"],
+        network_mode="none", remove=True,
+    ).decode()  # fmt: skip
+    assert len(listing.split("\n")[0]) == 40 and "v-future" not in listing, listing
+    assert "/testbed -> /workspace/testbed" in listing
+    cfg = HarnessConfig(
+        run_id="official", report_dir=tmp_path / "out", specs=(specs,), image_source=ImageSource.PULL,
+        registry=reg, timeout_s=120,
+    )  # fmt: skip
+    run = asyncio.run(evaluate([official], load_predictions("gold", [official]), cfg))
+    assert run.reports[official.instance_id].resolved, run.reports[official.instance_id]
+    bad = _inst("envfarm-tests__calc-1", "1" * 40, image=official.image)
+    with pytest.raises(ImageMismatch, match=r"/testbed is at [0-9a-f]{40} \(parent " + base):
+        pull_instance(_plan(bad, specs), reg, None)
     shutil.rmtree(ctx, ignore_errors=True)
