@@ -132,7 +132,7 @@ def completeness(expected: Sequence[str], status: Mapping[str, str], resolve: Re
         key = resolve(name, status)
         if key is None:
             missing.append(name)
-        elif counts.get(key, 0) > 1 and not _cut(key):
+        elif counts.get(key, 0) > 1 and not _cut(key) and not _progress(key):
             repeated.append(f"{name} (x{counts[key]})")
     findings = []
     if missing:
@@ -147,6 +147,12 @@ def completeness(expected: Sequence[str], status: Mapping[str, str], resolve: Re
 def _cut(key: str) -> bool:
     """A parametrized id the parser cut at a space (``test_f[a("x",``): distinct tests can share it."""
     return key.count("[") > key.count("]")
+
+
+def _progress(key: str) -> bool:
+    """pytest's progress column (``[100%]``), which swebench's parser reads as a test name on the lines of
+    a nested pytest run (pytest's own tests print them): SWE-bench's expected lists carry it; no test."""
+    return re.fullmatch(r"\[\s*\d+%\]", key) is not None
 
 
 def line_counts(log: str, parse: Callable[[str], Mapping[str, str]]) -> Counter[str]:

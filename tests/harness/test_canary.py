@@ -108,6 +108,12 @@ def test_completeness_flags_missing_and_repeated_tests() -> None:
     assert canary.completeness(["t.py::test_a"], parse(once, None), sw.grading._resolve_case,
                                canary.line_counts(once, lambda line: parse(line, None))) == []
 
+    nested = "PASSED t.py::test_a\nPASSED                                   [100%]\nPASSED         [100%]\n"
+    assert canary.completeness(["t.py::test_a", "[100%]"], parse(nested, None), sw.grading._resolve_case,
+                               canary.line_counts(nested, lambda line: parse(line, None))) == [], (
+        "pytest's progress column in a nested run's output (SWE-bench's lists name it) is no repeated test"
+    )
+
 
 def test_module_choice_prefers_files_the_command_names() -> None:
     files = ("tests/test_a.py", "tests/data.json", "src/helpers.py", "tests/test_b.py")
