@@ -212,9 +212,9 @@ async def _run_tests(
     and how many bytes of output were cut."""
     await sb.write_file(f"{TMP}/eval.sh", script)
     t = time.monotonic()
-    res = await sb.exec(
-        ["bash", "-c", f"bash {TMP}/eval.sh > {TMP}/test_output.raw 2>&1"], timeout_s=opts.timeout_s
-    )
+    command = f"bash {TMP}/eval.sh > {TMP}/test_output.raw 2>&1"
+    env_sh = f"if [ -f {ENV_SH} ]; then . {ENV_SH}; fi; "  # pulled SWE-bench images: their conda PATH
+    res = await sb.exec(["bash", "-c", env_sh + command], timeout_s=opts.timeout_s)
     steps.timings["tests_s"] = time.monotonic() - t
     raw, cut = await _read_capped(sb, f"{TMP}/test_output.raw", opts.output_cap)
     oom = await _oom_count(sb)
@@ -367,12 +367,10 @@ async def _apply_test_patch(sb: Sandbox, plan: Plan, steps: _Steps) -> bool:
 
 
 def eval_script(plan: Plan) -> str:
-    """The script run in the sandbox; its stdout+stderr are the test output (an image's env.sh, pulled
-    images' conda PATH, is sourced first)."""
+    """The script run in the sandbox; its stdout+stderr are the test output."""
     pre = "\n".join(plan.env.pre_test)
     return (
-        f"#!/bin/bash\n# envfarm eval script: {plan.instance.instance_id}\nset -uo pipefail\n"
-        f"if [ -f {ENV_SH} ]; then . {ENV_SH}; fi\ncd /testbed\n"
+        f"#!/bin/bash\n# envfarm eval script: {plan.instance.instance_id}\nset -uo pipefail\ncd /testbed\n"
         f"{quote_env(plan.env_vars)}{pre}\n{plan.test_command}\n"
     )
 

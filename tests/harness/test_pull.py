@@ -111,7 +111,9 @@ def test_pull_checks_and_falls_back(
 _OFFICIAL_DOCKERFILE = """\
 FROM {env}
 COPY testbed /testbed
-RUN python -m pip install --no-deps --no-build-isolation -e /testbed
+RUN python -m pip install --no-deps --no-build-isolation -e /testbed \\
+    && mkdir -p /opt/miniconda3/envs/testbed/bin \\
+    && mv "$(command -v pytest)" /opt/miniconda3/envs/testbed/bin/
 """
 
 
@@ -120,7 +122,8 @@ def test_an_official_layout_image_is_checked_and_adapted(
     toy: tuple[Path, str, Path], tmp_path: Path, cleanup: list[str], reg: str
 ) -> None:
     """An image shaped like SWE-bench's (full history at /testbed, a tag on a later commit, SWE-bench's empty
-    commit on the base): pulled, checked, adapted to a one-commit snapshot; gold resolves in it."""
+    commit on the base, pytest only in the conda env's bin): pulled, checked, adapted to a one-commit
+    snapshot; gold resolves in it (so the test command found pytest through the adapter's env.sh)."""
     source, base, specs = toy
     gold = _inst("envfarm-tests__calc-1", base)
     env = asyncio.run(ImageBuilder(source).env(_plan(gold, specs).env))
@@ -131,7 +134,7 @@ def test_an_official_layout_image_is_checked_and_adapted(
     git(testbed, "reset", "-q", "--hard", base)
     git(testbed, "commit", "-q", "--allow-empty", "-m", "SWE-bench")
     (ctx / "Dockerfile").write_text(_OFFICIAL_DOCKERFILE.format(env=env.tag))
-    local = f"envfarm-test/official-like:{env.hash}-{base[:12]}"  # kept, like the toy's images
+    local = f"envfarm-test/official-like:2-{env.hash}-{base[:12]}"  # kept, like the toy's images
     if dockerutil.get_image(local) is None:
         dockerutil.client().images.build(path=str(ctx), tag=local, network_mode="none", rm=True, forcerm=True)
     official = _inst("envfarm-tests__calc-1", base, image=official_name("envfarm-tests__calc-1"))
