@@ -26,7 +26,7 @@ from envfarm.errors import ImageError
 from envfarm.sandbox import dockerutil, images
 from envfarm.sandbox.recipes import base_recipes
 
-from .images import KIND_LABEL
+from .layout import KIND_LABEL
 
 log = logging.getLogger(__name__)
 

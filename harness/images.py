@@ -29,32 +29,26 @@ import shlex
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from envfarm.errors import ConfigError, ImageBuildError, ImageMismatch, ImagePullError
+from envfarm.errors import ImageMismatch, ImagePullError
 from envfarm.sandbox import dockerutil, imagebuild, images, rootfs
 from envfarm.sandbox.recipes import (
     BUILDER_VERSION,
     BaseRecipe,
-    base_for_suite,
     content_hash,
 )
 
 from . import repos
 from .config import ImageSource
 from .env_spec import EnvSpec
+from .layout import KIND_LABEL, PRISTINE, WHEELHOUSE, WORKDIR, BuiltImage, base_of
+from .pull import pull_instance
 from .specs import Plan
 
 log = logging.getLogger(__name__)
 
-KIND_LABEL = "envfarm.harness"
-PRISTINE = "/opt/envfarm/testbed"
-WORKDIR = "/workspace/testbed"
-WHEELHOUSE = "/opt/envfarm/wheelhouse"
-ENV_SH = "/opt/envfarm/env.sh"
-"""Sourced before the tests when an image has it (pulled SWE-bench images: their conda env on PATH)."""
 T = TypeVar("T")
 
 ENV_DOCKERFILE = """\
@@ -91,19 +85,6 @@ ln -sfn {WORKDIR} /testbed
 """
 
 
-@dataclass(frozen=True)
-class BuiltImage:
-    """An env or instance image that exists now."""
-
-    tag: str
-    hash: str
-    built: bool
-    """False for a cache hit."""
-    duration_s: float
-    repo_bytes: int = 0
-    """Instance images: bytes of the checked-out repository (sizes the sandbox's tmpfs)."""
-
-
 def env_tag(env: EnvSpec, digest: str) -> str:
     return f"envfarm/sweb.env.{env.repo.replace('/', '__')}.{env.version}:{digest}".lower()
 
@@ -127,17 +108,6 @@ def _req_name(requirement: str) -> str:
     """The normalised project name of a pip requirement line ("Foo_bar[x]>=1" -> "foo-bar")."""
     name = re.split(r"[\s\[<>=!~;@]", requirement.strip(), maxsplit=1)[0]
     return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def base_of(env: EnvSpec) -> BaseRecipe:
-    """The base recipe of ``env``'s Debian suite; ImageBuildError (read as python-unavailable) without one."""
-    try:
-        return base_for_suite(env.suite or None)
-    except ConfigError as e:
-        raise ImageBuildError(
-            f"{env.repo} {env.version} needs Python {env.python} (Debian {env.suite}), and there is no base "
-            f"recipe for it: {e}"
-        ) from e
 
 
 def build_script(plan: Plan) -> str:
@@ -270,7 +240,6 @@ class ImageBuilder:
 
     async def pulled(self, plan: Plan) -> BuiltImage:
         """The instance image of ``plan`` from the registry (pull.py), pulled and checked once."""
-        from .pull import pull_instance  # pull.py builds on this module
 
         async def pull() -> BuiltImage:
             async with self._sem:
@@ -307,3 +276,25 @@ class ImageBuilder:
 def quote_env(env: tuple[tuple[str, str], ...]) -> str:
     """``export K=V`` lines for a shell script."""
     return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env)
+
+
+__all__ = [  # layout.py's names included: callers import them from here
+    "BUILD_SCRIPT",
+    "ENV_DOCKERFILE",
+    "INSTANCE_DOCKERFILE",
+    "KIND_LABEL",
+    "PRISTINE",
+    "WHEELHOUSE",
+    "WORKDIR",
+    "BuiltImage",
+    "ImageBuilder",
+    "base_of",
+    "build_env",
+    "build_instance",
+    "build_script",
+    "env_tag",
+    "instance_hash",
+    "instance_tag",
+    "quote_env",
+    "write_env_recipe",
+]

@@ -40,8 +40,8 @@ from envfarm.sandbox import dockerutil, imagebuild
 from envfarm.sandbox.recipes import BUILDER_VERSION
 
 from . import repos
-from .images import ENV_SH, KIND_LABEL, PRISTINE, WORKDIR, BuiltImage, base_of
 from .instances import Instance
+from .layout import ENV_SH, KIND_LABEL, PRISTINE, WORKDIR, BuiltImage, base_of
 from .specs import Plan
 
 log = logging.getLogger(__name__)

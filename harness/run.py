@@ -34,7 +34,8 @@ from envfarm.sandbox import Backend, ExecResult, Limits, Sandbox
 
 from . import _swebench, canary, patches, tamper
 from .canary import Canary
-from .images import ENV_SH, PRISTINE, WORKDIR, quote_env
+from .images import PRISTINE, WORKDIR, quote_env
+from .layout import ENV_SH
 from .specs import Plan
 from .tamper import Finding, Policy
 
