@@ -84,13 +84,22 @@ def list_images() -> list[HarnessImage]:
         if (img.labels or {}).get(KIND_LABEL) == "env"
         for tag in img.tags
     }
+    base_names = {r.suite: r.name for r in base_recipes().values()}
+    envs = [img for img in found if (img.labels or {}).get(KIND_LABEL) == "env"]
+    bases = {tag: _size_of(tag) for tag in {_base_tag(img, base_names) for img in envs}}
     out: list[HarnessImage] = []
     for img in found:
-        out.extend(_entries(img, sizes, versions))
+        out.extend(_entries(img, sizes, versions, base_names, bases))
     return sorted(out, key=lambda i: (KINDS.index(i.kind) if i.kind in KINDS else 9, i.name, i.tag))
 
 
-def _entries(img: Image, sizes: dict[str, int], versions: dict[str, str]) -> list[HarnessImage]:
+def _entries(
+    img: Image,
+    sizes: dict[str, int],
+    versions: dict[str, str],
+    base_names: dict[str, str],
+    bases: dict[str, int],
+) -> list[HarnessImage]:
     labels = img.labels or {}
     kind = labels.get(KIND_LABEL, "?")
     total = int(img.attrs.get("Size", 0))
@@ -100,9 +109,7 @@ def _entries(img: Image, sizes: dict[str, int], versions: dict[str, str]) -> lis
     if kind == "env":
         version = labels.get("envfarm.harness.version", "")
         name = f"{repo} {version}"
-        base_names = {r.suite: r.name for r in base_recipes().values()}
-        base = base_names.get(labels.get("envfarm.harness.suite", ""), "base")
-        parent = _size_of(images.tag_for(base, labels.get("envfarm.base_hash", "")))
+        parent = bases.get(_base_tag(img, base_names), 0)
     else:
         name = labels.get("envfarm.harness.instance", "?")
         env = labels.get("envfarm.harness.env", "")
@@ -119,6 +126,13 @@ def _entries(img: Image, sizes: dict[str, int], versions: dict[str, str]) -> lis
     return [
         HarnessImage(t, kind, name, total, own, created, repo, version, img.id or "") for t in tags
     ] + extra
+
+
+def _base_tag(img: Image, base_names: dict[str, str]) -> str:
+    """The tag of the Debian base an env image was built FROM (its labels name the suite and hash)."""
+    labels = img.labels or {}
+    base = base_names.get(labels.get("envfarm.harness.suite", ""), "base")
+    return images.tag_for(base, labels.get("envfarm.base_hash", ""))
 
 
 def _version_of(env_tag: str, repo: str) -> str:
