@@ -32,6 +32,8 @@ from envfarm.errors import (
     BackendUnavailable,
     HarnessError,
     ImageError,
+    ImageMismatch,
+    ImagePullError,
     RepoNotFound,
     SandboxError,
     SpecNotFound,
@@ -270,6 +272,8 @@ class _Runner:
         t0 = time.monotonic()
         try:
             image = await self.builder.instance(plan)
+        except (ImagePullError, ImageMismatch) as e:  # --image-source pull: the message says what to fix
+            raise _Infra(ErrorKind.BUILD, f"image pull failed: {e}") from e
         except (ImageError, BackendUnavailable) as e:
             raise _Infra(
                 ErrorKind.BUILD,

@@ -19,6 +19,7 @@ from envfarm import config
 from envfarm.errors import ConfigError, ImageError, ImageMismatch, ImagePullError
 from envfarm.harness import HarnessConfig, SpecCatalog, evaluate, load_predictions
 from envfarm.harness.config import ImageSource
+from envfarm.harness.grading import ErrorKind
 from envfarm.harness.images import PRISTINE, ImageBuilder
 from envfarm.harness.instances import Instance, instance_from_row
 from envfarm.harness.pull import official_name, pull_instance, pull_ref
@@ -103,6 +104,12 @@ def test_pull_checks_and_falls_back(
     missing = _inst("envfarm-tests__calc-1", base, image=f"envfarm-test/never-pushed:{uuid.uuid4().hex[:8]}")
     with pytest.raises(ImagePullError, match=rf"pulling {reg}/envfarm-test/never-pushed:.* not found"):
         pull_instance(_plan(missing, specs), reg, None)
+    failed = asyncio.run(
+        evaluate([missing], load_predictions("gold", [missing]), cfg.model_copy(update={"run_id": "m"}))
+    )
+    report = failed.reports[missing.instance_id]
+    assert report.error_kind is ErrorKind.BUILD and report.attempts == 2, report
+    assert (report.error or "").startswith("image pull failed: ") and "never-pushed" in (report.error or "")
     # auto: an image the registry does not have is built instead (here the build is the cached one)
     auto = ImageBuilder(source, image_source=ImageSource.AUTO, registry=reg)
     assert asyncio.run(auto.instance(_plan(missing, specs))).tag == built.tag
