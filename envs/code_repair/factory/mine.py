@@ -43,7 +43,9 @@ from .validate import Verdict, validate
 log = logging.getLogger(__name__)
 
 SESSION_TRIES = 3
-"""Sandboxes a mutant worker may start (one dying, e.g. killed from outside, does not end the run)."""
+"""Sandboxes a mutant worker may lose in a row, no mutant recorded in between, before the package fails."""
+CRASHES_TO_JUDGE = 2
+"""Sandboxes one mutant may take down before it is recorded ``crashed`` (it hangs the in-sandbox agent)."""
 
 
 class MineConfig(BaseModel):
@@ -250,6 +252,7 @@ class _Miner:
         self.candidates = order(found, config.seed, p.spec.name)[:limit]
         self.outcomes = work.read_outcomes(p.key, prepared.stamp)
         self.ran = 0
+        self.crashes: dict[str, int] = {}
         self.prepare_s, self.mine_s = prepare_s, 0.0
         files = sorted({t.split("::", 1)[0] for t in prepared.passing})
         self.passing_files = tuple(files)
@@ -337,14 +340,17 @@ class _Miner:
         p, name = self.prepared, self.prepared.project.spec.name
 
         async def worker() -> None:
-            for attempt in range(1, SESSION_TRIES + 1):
+            failures = 0  # sandboxes lost in a row, without a mutant recorded in between
+            while True:
+                ran = self.ran
                 try:
                     async with TestSession.open(self.backend, p.image, p.project.files,
                                                 p.project.env.test_cmd, p.env) as session:
                         await self._drain(session, queue, lock, done)
                     return
                 except SandboxError as e:  # a sandbox that died: its mutant goes back, a new sandbox
-                    if attempt == SESSION_TRIES:
+                    failures = 1 if self.ran > ran else failures + 1
+                    if failures >= SESSION_TRIES:
                         raise
                     log.warning("%s: mutant sandbox failed (%s); starting another", name, e)
 
@@ -354,7 +360,6 @@ class _Miner:
 
     async def _drain(self, session: TestSession, queue: list[Mutation], lock: asyncio.Lock,
                      done: Callable[[], bool]) -> None:
-        p, name = self.prepared, self.prepared.project.spec.name
         while True:
             async with lock:
                 if not queue or done():
@@ -362,14 +367,25 @@ class _Miner:
                 m = queue.pop(0)
             try:
                 outcome = await self._try(session, m)
+            except SandboxError:
+                self.crashes[m.id] = self.crashes.get(m.id, 0) + 1
+                if self.crashes[m.id] < CRASHES_TO_JUDGE:
+                    queue.insert(0, m)
+                else:  # it takes its sandbox down every time: a verdict on the mutant, not an infra failure
+                    self._record(m, Outcome(m.id, "crashed"))
+                raise
             except BaseException:
                 queue.insert(0, m)
                 raise
-            self.outcomes[m.id] = outcome
-            self.work.append_outcome(p.project.key, p.stamp, outcome)
-            self.ran += 1
-            self.emit(Progress("mutants", name, len(self.outcomes), len(self.candidates), len(self.kept()),
-                               detail=f"{m.kind} {m.file}:{m.line}"))
+            self._record(m, outcome)
+
+    def _record(self, m: Mutation, outcome: Outcome) -> None:
+        p, name = self.prepared, self.prepared.project.spec.name
+        self.outcomes[m.id] = outcome
+        self.work.append_outcome(p.project.key, p.stamp, outcome)
+        self.ran += 1
+        self.emit(Progress("mutants", name, len(self.outcomes), len(self.candidates), len(self.kept()),
+                           detail=f"{m.kind} {m.file}:{m.line}"))
 
     async def _try(self, session: TestSession, m: Mutation) -> Outcome:
         p = self.prepared

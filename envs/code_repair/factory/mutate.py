@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from itertools import pairwise
@@ -139,8 +140,10 @@ def combine(edits: Sequence[Mutation], source: bytes) -> Mutation:
 def _tree_key(data: bytes) -> str | None:
     """A digest of the module's syntax tree; None when it does not compile."""
     try:
-        tree = ast.parse(data)
-        compile(tree, "<mutant>", "exec", dont_inherit=True)
+        with warnings.catch_warnings():  # "'int' object is not subscriptable" and such: still a mutant
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(data)
+            compile(tree, "<mutant>", "exec", dont_inherit=True)
     except (SyntaxError, ValueError):
         return None
     return hashlib.sha1(ast.dump(tree).encode(), usedforsecurity=False).hexdigest()

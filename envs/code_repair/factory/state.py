@@ -27,7 +27,8 @@ class Outcome:
 
     id: str
     verdict: str
-    """``kept``, ``survived`` (no test failed), ``broken`` (every selected test failed), ``timeout``."""
+    """``kept``, ``survived`` (no test failed), ``broken`` (every selected test failed), ``timeout``,
+    ``crashed`` (it took its sandbox down twice)."""
     fail_to_pass: tuple[str, ...] = ()
     pass_to_pass: tuple[str, ...] = ()
     hidden: tuple[str, ...] = ()

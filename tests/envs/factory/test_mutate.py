@@ -193,3 +193,41 @@ def test_k_edit_tasks_and_equivalent_tasks_once(tmp_path: Path) -> None:
         assert len(set(lines)) >= 2
     miner.outcomes[combos[0].id] = Outcome(combos[0].id, "kept", problem_statement="combo")
     assert miner.kept() == [combos[0]]
+
+
+async def test_a_mutant_that_kills_its_sandbox_is_recorded_crashed(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from contextlib import asynccontextmanager
+    from types import SimpleNamespace
+
+    from envfarm.envs.code_repair.factory import mine as mine_mod
+    from envfarm.envs.code_repair.factory.state import Outcome, WorkFolder
+    from envfarm.errors import SandboxCrashed
+
+    singles = mutations("pkg/mod.py", SOURCE)[:4]
+    poison = singles[1]
+    miner = object.__new__(mine_mod._Miner)
+    project = SimpleNamespace(files={"pkg/mod.py": SOURCE}, key="pypi__x", spec=SimpleNamespace(name="x"),
+                              env=SimpleNamespace(test_cmd="pytest"))
+    miner.prepared = SimpleNamespace(project=project, image="img", env={}, stamp="s")
+    miner.candidates, miner.outcomes, miner.ran, miner.crashes = singles, {}, 0, {}
+    miner.config = mine_mod.MineConfig(packages=("x==1",), out=tmp_path / "t.jsonl", jobs=1)
+    miner.work, miner.emit, miner.backend = WorkFolder(tmp_path / "t.jsonl"), lambda event: None, None
+    opened: list[int] = []
+
+    @asynccontextmanager
+    async def fake_open(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        opened.append(1)
+        yield object()
+
+    async def fake_try(session: object, m: mine_mod.Mutation) -> Outcome:
+        if m.id == poison.id:
+            raise SandboxCrashed("the agent did not answer")
+        return Outcome(m.id, "survived")
+
+    monkeypatch.setattr(mine_mod.TestSession, "open", fake_open)
+    miner._try = fake_try  # type: ignore[method-assign]
+    await miner._run(singles, lambda: False)
+    assert miner.outcomes[poison.id].verdict == "crashed" and len(opened) == 3  # 2 lost, then the rest
+    assert [miner.outcomes[m.id].verdict for m in singles if m != poison] == ["survived"] * 3
+    assert len(WorkFolder(tmp_path / "t.jsonl").read_outcomes("pypi__x", "s")) == 4  # resumable
