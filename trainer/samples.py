@@ -1,7 +1,7 @@
 """Trajectories -> training samples -> padded batches.
 
     samples, counts = rl_samples(groups, current_version=v, max_staleness=k)   # GRPO: one per assistant turn
-    samples = sft_samples(demos, policy)                                       # oracle demos, rendered
+    samples = sft_samples(demos, policy)                                       # teacher demos, rendered
     for batch in micro_batches(samples, pad_id, max_tokens=8192, device=dev):  # tensors on the device
         ...
 
@@ -171,11 +171,12 @@ def _turn_samples(traj: Trajectory, adv: float, current: int | None, max_stalene
 
 
 def sft_samples(demos: Iterable[Trajectory], policy: Policy) -> list[TokenSample]:
-    """One sample per assistant message of each completed, rewarded demonstration, rendered with the
-    policy's template (``encode_prompt`` of the messages before it, ``encode_completion`` of it)."""
+    """One sample per assistant message of each completed demonstration, rendered with the policy's template
+    (``encode_prompt`` of the messages before it, ``encode_completion`` of it). Whatever its reward: SFT
+    imitates its teacher, mistakes included (an imperfect teacher's wrong demos are the point)."""
     out: list[TokenSample] = []
     for traj in demos:
-        if traj.status != "completed" or traj.reward <= 0:
+        if traj.status != "completed":
             continue
         out.extend(render_messages(traj.messages, traj.tools, policy, traj.episode_id))
     return out

@@ -5,6 +5,7 @@ loop states of older checkpoints."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -159,3 +160,16 @@ def test_repeats_spread() -> None:
     assert d.mean == 0.2 and above == 2 and positive == 3
     data = json.loads(json.dumps(result.to_json()))
     assert data["rl_minus_sft"]["greedy"]["ci95_above_zero"] == 2 and data["seeds"] == [0, 1, 2]
+
+
+def test_sft_imitates_the_teachers_wrong_demos_too() -> None:
+    from learner_support import tiny_policy
+
+    from envfarm.trainer.samples import sft_samples
+
+    call = {"id": "c0", "type": "function", "function": {"name": "submit", "arguments": '{"answer": "7"}'}}
+    messages = ({"role": "user", "content": "What is 1+2?"}, {"role": "assistant", "content": None,
+                                                              "tool_calls": [call]})
+    wrong, broken = _traj(0, "completed", 0.0), _traj(1, "infra_error", 0.0)
+    wrong, broken = (replace(t, messages=messages) for t in (wrong, broken))
+    assert len(sft_samples([wrong, broken], tiny_policy())) == 1  # the wrong answer is imitated
