@@ -4,7 +4,8 @@
 
 Run k trains in ``DIR/run-<k>`` with ``seed + k`` (model init, SFT batch order, the noisy teacher's choice
 of mistaken demos, RL sampling), on the same evaluation seeds; a finished run is read back, an unfinished
-one resumed, so the same command continues an interrupted series. ``DIR/repeats.json``:
+one resumed, so the same command continues an interrupted series. ``DIR/repeats.json`` (values show the
+shape only):
 
     {"runs": ["run-0", "run-1", "run-2"], "seeds": [0, 1, 2], "wall_s": [1400.2, ...],
      "arms": {"rl": {"greedy": {"mean": 0.61, "std": 0.03, "min": 0.58, "max": 0.64,

@@ -1,6 +1,6 @@
 """What a training run reports: three arms from one SFT checkpoint, each evaluated greedy and sampled, and
 the paired differences RL - sft_more and RL - sft. ``train()`` returns a :class:`TrainResult`;
-``DIR/summary.json`` is its :meth:`TrainResult.to_json`:
+``DIR/summary.json`` is its :meth:`TrainResult.to_json` (the values show the shape, not a measurement):
 
     {"env_id": "envfarm/ToolCalc-v0", "teacher": {"name": "noisy", "error": 0.6},
      "eval_split": "test", "eval_episodes": 500, "eval_temperature": 1.0,
