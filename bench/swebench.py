@@ -1,0 +1,228 @@
+"""SWE-bench Lite and Verified in this environment: per repository, how many rows ran, resolved with gold and
+resolved unpatched, with the reason of every row that does not validate (from `envfarm harness validate`).
+
+    python bench/swebench.py --validate /tmp/val                      # every */validate.json under it
+    python bench/swebench.py --validate /tmp/val --docs docs/swebench --out bench/results/swebench.json
+
+Reads every ``validate.json`` given (files, or folders searched recursively); a row validated by several runs
+takes the newest file's result. Each dataset's rows are counted per repository and per (repo, version), with
+django, matplotlib and scikit-learn marked not mirrorable here (their histories exceed what a mirror can hold
+on this machine). Prints and writes JSON (``--out``); ``--docs DIR`` writes ``lite.md``, ``verified.md`` and
+``validated.md`` (every row run, both sets) there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+DATASETS = {
+    "lite": ("SWE-bench Lite", DATA / "swe-bench-lite" / "test.parquet"),
+    "verified": ("SWE-bench Verified", DATA / "swe-bench-verified" / "test.parquet"),
+}
+NOT_MIRRORABLE = ("django/django", "matplotlib/matplotlib", "scikit-learn/scikit-learn")
+"""Repositories whose histories (637-873 MB) exceed what a mirror can hold here (docs: DESIGN.md)."""
+
+
+@dataclass
+class Tally:
+    """Rows of one repository (or one repo/version) in one dataset and what their validation found."""
+
+    rows: int = 0
+    run: int = 0
+    gold_resolved: int = 0
+    empty_resolved: int = 0
+    validated: int = 0
+    reasons: Counter[str] = field(default_factory=Counter)
+
+    def add(self, result: dict[str, object] | None) -> None:
+        self.rows += 1
+        if result is None:
+            return
+        self.run += 1
+        self.gold_resolved += all(g == "resolved" for g in result["gold"])  # type: ignore[union-attr]
+        self.empty_resolved += result["empty"] == "resolved"
+        self.validated += bool(result["validated"])
+        if result.get("reason"):
+            self.reasons[str(result["reason"])] += 1
+
+    def as_json(self) -> dict[str, object]:
+        return {**asdict(self), "reasons": dict(sorted(self.reasons.items()))}
+
+
+def validate_files(paths: Iterable[Path]) -> list[Path]:
+    """``validate.json`` files named or found under folders, oldest first (the newest wins per row)."""
+    found: set[Path] = set()
+    for path in paths:
+        found.update(path.rglob("validate.json") if path.is_dir() else [path])
+    return sorted(found, key=lambda p: p.stat().st_mtime)
+
+
+def results(files: Sequence[Path]) -> dict[str, dict[str, object]]:
+    """instance id -> its row of the newest validate.json naming it (plus the run id)."""
+    out: dict[str, dict[str, object]] = {}
+    for path in files:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        for row in data["rows"]:
+            out[row["instance_id"]] = {**row, "run_id": data["run_id"]}
+    return out
+
+
+def tally(frame: pd.DataFrame, found: dict[str, dict[str, object]]) -> dict[str, object]:
+    """Per repository and per (repo, version) tallies of one dataset."""
+    repos: dict[str, Tally] = {}
+    versions: dict[str, Tally] = {}
+    for iid, repo, version in zip(frame.instance_id, frame.repo, frame.version, strict=True):
+        result = found.get(iid)
+        repos.setdefault(repo, Tally()).add(result)
+        versions.setdefault(f"{repo} {version}", Tally()).add(result)
+    failing = [found[i] for i in frame.instance_id if i in found and not found[i]["validated"]]
+    return {
+        "rows": len(frame),
+        "per_repo": {r: t.as_json() for r, t in sorted(repos.items())},
+        "per_version": {k: t.as_json() for k, t in sorted(versions.items(), key=lambda kv: _key(kv[0]))},
+        "not_validating": [
+            {k: r[k] for k in ("instance_id", "version", "gold", "empty", "reason", "detail", "run_id")}
+            for r in sorted(failing, key=lambda r: str(r["instance_id"]))
+        ],
+    }
+
+
+def _key(name: str) -> tuple[str, tuple[int, ...]]:
+    repo, _, version = name.partition(" ")
+    return repo, tuple(int(p) for p in version.split(".") if p.isdigit())
+
+
+def _reasons(t: dict[str, object]) -> str:
+    reasons: dict[str, int] = t["reasons"]  # type: ignore[assignment]
+    return ", ".join(f"{k} {v}" for k, v in reasons.items()) or "-"
+
+
+def markdown(title: str, summary: dict[str, object], sources: Sequence[str]) -> str:
+    """lite.md / verified.md: per repository, per (repo, version), then every row that does not validate."""
+    per_repo: dict[str, dict[str, object]] = summary["per_repo"]  # type: ignore[assignment]
+    lines = [
+        f"# {title} in envfarm's offline environments",
+        "",
+        "Generated by `python bench/swebench.py --validate <report dirs> --docs docs/swebench` from "
+        f"`envfarm harness validate` runs ({', '.join(sources) or 'none yet'}). A row validates when gold "
+        "resolves it and the unpatched base (test_patch applied, no fix) does not; `rows run` counts rows "
+        "validated so far (runs resume by --run-id; how they were run and resume: docs/swebench/README.md).",
+        "",
+        "| repository | rows | rows run | gold resolved | empty resolved | reasons |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    totals = Tally()
+    for repo, t in per_repo.items():
+        if repo in NOT_MIRRORABLE:
+            lines.append(f"| {repo} | {t['rows']} | not mirrorable here | - | - | no-repository |")
+            continue
+        lines.append(
+            f"| {repo} | {t['rows']} | {t['run']} | {t['gold_resolved']} | {t['empty_resolved']} | "
+            f"{_reasons(t)} |"
+        )
+        for name in ("rows", "run", "gold_resolved", "empty_resolved"):
+            setattr(totals, name, getattr(totals, name) + int(t[name]))  # type: ignore[call-overload]
+    lines += [
+        f"| **mirrorable, total** | {totals.rows} | {totals.run} | {totals.gold_resolved} | "
+        f"{totals.empty_resolved} | |",
+        "",
+        "## Per (repo, version)",
+        "",
+        "| repo version | rows | rows run | gold resolved | empty resolved | reasons |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    per_version: dict[str, dict[str, object]] = summary["per_version"]  # type: ignore[assignment]
+    for name, t in per_version.items():
+        if name.split(" ")[0] in NOT_MIRRORABLE:
+            continue
+        lines.append(
+            f"| {name} | {t['rows']} | {t['run']} | {t['gold_resolved']} | {t['empty_resolved']} | "
+            f"{_reasons(t)} |"
+        )
+    lines += [
+        "",
+        "## Rows that do not validate",
+        "",
+        "| instance | version | gold | empty | reason | detail |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in summary["not_validating"]:  # type: ignore[attr-defined]
+        detail = str(r["detail"]).replace("|", "\\|")[:300]
+        lines.append(
+            f"| {r['instance_id']} | {r['version']} | {'/'.join(r['gold'])} | {r['empty']} | {r['reason']} | "
+            f"{detail} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def rows_markdown(found: dict[str, dict[str, object]], membership: dict[str, list[str]]) -> str:
+    """validated.md: every row run, the sets it belongs to, its outcome and reason."""
+    lines = [
+        "# SWE-bench rows validated here",
+        "",
+        "Generated by `python bench/swebench.py --docs docs/swebench`; per repository: lite.md, "
+        "verified.md; how the runs were made and resume: README.md. `gold` lists each gold run's outcome; "
+        "`seconds`: wall time of the row's runs, waits for a worker and image builds included.",
+        "",
+        "| instance | sets | gold | empty | seconds | reason | run |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for iid in sorted(found):
+        r = found[iid]
+        sets = "+".join(membership.get(iid, [])) or "-"
+        lines.append(
+            f"| {iid} | {sets} | {'/'.join(r['gold'])} | {r['empty']} | {float(r['seconds']):.0f} | "  # type: ignore[arg-type]
+            f"{r['reason'] or 'validated'} | {r['run_id']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, object]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--validate",
+        type=Path,
+        nargs="+",
+        default=[ROOT / "reports"],
+        help="validate.json files or folders holding them",
+    )
+    parser.add_argument("--out", type=Path, default=None, help="write the JSON here")
+    parser.add_argument(
+        "--docs", type=Path, default=None, help="write lite.md, verified.md, validated.md here"
+    )
+    args = parser.parse_args(argv)
+    files = validate_files(args.validate)
+    found = results(files)
+    sources = sorted({str(r["run_id"]) for r in found.values()})
+    summary: dict[str, object] = {"validate_files": [str(f) for f in files], "runs": sources}
+    membership: dict[str, list[str]] = {}
+    for key, (title, path) in DATASETS.items():
+        frame = pd.read_parquet(path, columns=["instance_id", "repo", "version"])
+        for iid in frame.instance_id:
+            membership.setdefault(iid, []).append(key)
+        summary[key] = tally(frame, found)
+        if args.docs:
+            args.docs.mkdir(parents=True, exist_ok=True)
+            (args.docs / f"{key}.md").write_text(markdown(title, summary[key], sources), encoding="utf-8")  # type: ignore[arg-type]
+    if args.docs:
+        table = rows_markdown(found, membership)
+        (args.docs / "validated.md").write_text(table, encoding="utf-8")
+    text = json.dumps(summary, indent=2)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n", encoding="utf-8")
+    return summary
+
+
+if __name__ == "__main__":
+    main()
