@@ -9,15 +9,12 @@ Starts a policy server, the farm and the learner in this process (real HTTP betw
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import inspect
-import itertools
 import json
-import textwrap
 import types
 import typing
-from dataclasses import MISSING, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,24 +23,18 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from envfarm.commands.options import field_default, field_docs
 from envfarm.errors import ConfigError
 from envfarm.trainer.train_config import ENV_DEFAULTS, TrainConfig
 
 console = Console()
 err_console = Console(stderr=True)
 
-RESUMABLE = {"rl_updates", "minutes", "sft_steps", "device", "threads", "concurrency", "eval_episodes", "nproc"}
+RESUMABLE = {"rl_updates", "minutes", "sft_steps", "device", "threads", "concurrency", "eval_episodes",
+             "nproc"}
 """Options that may change when a run is resumed (the rest define the run)."""
 OPTION_NAMES = {"env_id": "--env"}
 """Options not named after their TrainConfig field (``--field-name``)."""
-
-
-def _field_docs(cls: type) -> dict[str, str]:
-    """Each dataclass field's docstring (the string literal under it), whitespace collapsed."""
-    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body  # type: ignore[attr-defined]
-    return {a.target.id: " ".join(b.value.value.split()) for a, b in itertools.pairwise(body)
-            if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr)
-            and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str)}
 
 
 def _cli_type(hint: Any) -> Any:
@@ -61,15 +52,15 @@ def config_options() -> list[inspect.Parameter]:
     """One typer option per :class:`TrainConfig` field, named ``--field-name`` (``OPTION_NAMES``), its help
     the field's docstring plus the default; each defaults to None (not given: the config's default, or on
     ``--resume`` the stored value)."""
-    docs, hints = _field_docs(TrainConfig), typing.get_type_hints(TrainConfig)
+    docs, hints = field_docs(TrainConfig), typing.get_type_hints(TrainConfig)
     params = []
     for f in fields(TrainConfig):
-        default = f.default if f.default_factory is MISSING else f.default_factory()
+        default = field_default(TrainConfig, f.name)
         name = OPTION_NAMES.get(f.name, "--" + f.name.replace("_", "-"))
         kind = _cli_type(hints[f.name])
         decl = f"{name}/--no-{name[2:]}" if kind is bool else name
         doc = docs.get(f.name, "")
-        first = doc.split(". ")[0].rstrip(".").replace("``", "`")
+        first = doc.split(". ")[0].rstrip(".")
         shown = json.dumps(default) if isinstance(default, dict) else str(default)
         option = typer.Option(decl, help=f"{first}.", show_default=shown)
         params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=None,
