@@ -3,7 +3,8 @@
 A task is a SWE-bench row (the harness's :class:`~envfarm.harness.Instance`): the built-in set by default
 (``builtin.py``; its repos are materialized under ``config.home()/code_repair/repos``), or ``tasks=PATH``
 (any file ``load_instances`` reads, or a catalogue folder of ``envfarm tasks mine --packages-file``; also
-spelled ``instances=PATH``) with ``repo_source=DIR`` holding the ``owner__name`` git repos.
+spelled ``instances=PATH``) with ``repo_source=DIR`` holding the ``owner__name`` git repos (or a git URL
+prefix, as ``harness --repo-source`` takes: cloned once, then the commits fetched).
 ``reset(seed=s)`` picks task ``s % len(tasks)`` (``options={"instance_id": ...}`` picks one by name), makes
 sure its instance image exists (the harness image builder: content-hashed, built once), leases a sandbox
 from it and copies the repository at the base commit to ``/workspace/testbed`` as the harness does.
@@ -42,6 +43,7 @@ from envfarm.harness import HarnessConfig, Instance, SpecCatalog, grade, load_in
 from envfarm.harness.grading import InstanceReport, empty_report
 from envfarm.harness.images import PRISTINE, WORKDIR, BuiltImage, ImageBuilder, quote_env
 from envfarm.harness.instances import instance_from_row
+from envfarm.harness.repos import RepoSource, parse_source
 from envfarm.harness.run import GIT, Attempt, run_attempt, sandbox_limits
 from envfarm.harness.specs import Plan
 from envfarm.harness.verdicts import STOPPED, Baselines
@@ -116,11 +118,11 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
         super().__init__(**kwargs)
         if tasks is None:
             instances, source = builtin_instances()
-            self.repo_source: Path | None = Path(repo_source) if repo_source else source
+            self.repo_source: RepoSource = parse_source(repo_source) if repo_source else source
         else:
             mined = catalogue_tasks(tasks)
             instances = tuple(load_instances(tasks) if mined is None else mined)
-            self.repo_source = Path(repo_source) if repo_source else None
+            self.repo_source = parse_source(repo_source) if repo_source else None
             if self.repo_source is None and (found := rebuilt(instances)) is not None:
                 self.repo_source, specs = found[0], (*specs, found[1])  # rows from `envfarm tasks mine`
         if instance_ids:

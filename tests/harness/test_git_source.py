@@ -105,3 +105,29 @@ def test_a_harness_row_gets_its_repository_from_a_git_server(
             shutil.rmtree(clone, ignore_errors=True)
             if image:
                 subprocess.run(["docker", "rmi", "-f", image], capture_output=True)
+
+
+@pytest.mark.docker
+def test_code_repair_env_takes_a_git_url_as_its_repo_source() -> None:
+    """CodeRepair-v0 with repo_source=git://...: the URL reaches the image builder as a URL (not a Path) and
+    an episode resolves; the instance image has the folder-fed one's content, so it is usually cached and
+    nothing is fetched (the harness test above proves the fetch itself)."""
+    from envfarm.envs.code_repair.env import CodeRepairEnv, builtin_instances
+
+    folder = builtin_instances()[1]
+    task = "envfarm__lrucache-get-does-not-refresh"
+    with git_daemon(folder) as url:
+        env = CodeRepairEnv(repo_source=url, instance_ids=[task])
+        clone = repos.clone_dir(url, "envfarm/lrucache")
+        try:
+            assert env.repo_source == url
+            env.reset(options={"instance_id": task})
+            for action in env.oracle():
+                _, reward, terminated, truncated, info = env.step(action)
+                if terminated or truncated:
+                    break
+            assert terminated and reward == 1.0 and info["resolved"], info
+            assert env._builder.repo_source == url
+        finally:
+            env.close()
+            shutil.rmtree(clone, ignore_errors=True)
