@@ -4,13 +4,6 @@ An :class:`AgentEnv` is a ``gymnasium.Env[str, str]``: observations are text, ac
 message holding one tool call; see ``envs/actions.py`` for the accepted forms). Each episode gets a fresh
 sandbox from a warm pool; the task is generated from the seed, so ``reset(seed=s)`` is deterministic.
 
-Pools: an env leases from the :class:`~envfarm.sandbox.pool.Pools` registry it is given (``pools=``; the farm
-hands one registry to all its envs and warms the pool of the env's image) or from a registry of its own.
-``sandboxes`` says how a family uses them: ``"shared"`` (every episode from the one image/limits the class
-or its arguments name: the farm warms that pool), ``"per_task"`` (the image depends on the task, e.g.
-CodeRepair's instance images: pools are made on demand, nothing kept warm) or ``"none"`` (no sandbox, e.g.
-a proxy to a remote env: the farm starts no backend).
-
     env = gymnasium.make("envfarm/ToolCalc-v0", backend="bwrap")   # the default; or "docker"
     obs, info = env.reset(seed=7)                 # info["tools"]: OpenAI function-calling schema
     obs, reward, terminated, truncated, info = env.step('{"name": "calc", "arguments": {"expr": "6*7"}}')
@@ -31,6 +24,13 @@ loop for plain Gymnasium use (a script, ``AsyncVectorEnv``). Rules:
 - The first observation is the task's prompt followed by the tool list and the call format
   (``tool_help=True``, for plain-text agents). ``tool_help=False`` leaves the prompt alone: for policies that
   get the tools through their API (``info["tools"]``, OpenAI's ``tools``), which is also what the farm sends.
+
+Pools: an env leases from the :class:`~envfarm.sandbox.pool.Pools` registry it is given (``pools=``; the farm
+hands one registry to all its envs and warms the pool of the env's image) or from a registry of its own.
+``sandboxes`` says how a family uses them: ``"shared"`` (every episode from the one image/limits the class
+or its arguments name: the farm warms that pool), ``"per_task"`` (the image depends on the task, e.g.
+CodeRepair's instance images: pools are made on demand, nothing kept warm) or ``"none"`` (no sandbox, e.g.
+a proxy to a remote env: the farm starts no backend).
 
 A family subclasses AgentEnv and provides ``generate`` (seed → task), ``setup`` (prepare the sandbox),
 tools (async methods decorated with :func:`tool`, arguments as a pydantic model) and ``oracle``.
