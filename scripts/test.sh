@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 rc=0
-.venv/bin/pytest "$@" || rc=$?
+.venv/bin/pytest --durations=25 "$@" || rc=$?  # the slowest tests, to keep make test under 30 minutes
 if [ "$rc" -eq 5 ]; then
     echo "test.sh: pytest collected no tests; failing" >&2
     exit 1
