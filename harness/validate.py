@@ -11,7 +11,8 @@ gets one reason from :data:`REASONS`, picked from the reports' evidence (error k
 
 =======================  ==================================================================================
 ``python-unavailable``   the spec needs a Python no base image has
-``needs-network``        the tests fail on network access (name resolution, refused connections)
+``needs-network``        the tests fail on network access (name resolution, unreachable hosts, TLS to a host
+                         that only the internet serves: a handshake or certificate error)
 ``build-failed``         the env or instance image did not build
 ``no-repository``        the repository or its base commit is not in --repo-source
 ``upstream-broken``      gold does not resolve on every run alike, or the unfixed code already passes, or
@@ -50,8 +51,12 @@ REASONS = (
 )
 NETWORK = re.compile(
     r"Temporary failure in name resolution|Name or service not known|Network is unreachable|"
-    r"Max retries exceeded with url|Failed to establish a new connection|nodename nor servname"
+    r"Max retries exceeded with url|Failed to establish a new connection|nodename nor servname|"
+    r"SSLError|CERTIFICATE_VERIFY_FAILED|WRONG_VERSION_NUMBER"
 )
+"""Evidence in a failing gold run's log that the tests reached for the internet. TLS errors count: a sandbox
+serves plain HTTP on loopback at most, so an https:// request to a real host fails its handshake or its
+certificate check (psf/requests' mixed-case scheme test), and only a network can make it pass."""
 
 
 @dataclass(frozen=True)

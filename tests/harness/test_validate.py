@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from envfarm.cli import app
 from envfarm.harness import HarnessConfig, Instance, ResolutionStatus, grade
 from envfarm.harness.instances import instance_from_row
-from envfarm.harness.validate import REASONS, Validation, validate
+from envfarm.harness.validate import REASONS, Validation, judge, validate
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -81,3 +81,22 @@ def test_cli(toy: tuple[Path, str, Path], tmp_path: Path) -> None:
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "validated 1/1" in result.output and (tmp_path / "r" / "c1" / "validate.md").is_file()
+
+
+@pytest.mark.parametrize(
+    ("evidence", "reason"),
+    [
+        ("E   ssl.SSLError: [SSL: WRONG_VERSION_NUMBER] wrong version number (_ssl.c:1123)", "needs-network"),
+        ("E   socket.gaierror: [Errno -3] Temporary failure in name resolution", "needs-network"),
+        ("E   AssertionError: assert 3 == 4", "upstream-broken"),
+    ],
+)
+def test_gold_failing_on_network_evidence_is_needs_network(toy_instance: Instance, evidence: str,
+                                                          reason: str) -> None:
+    log = (">>>>> Start Test Output\nPASSED tests/test_ops.py::test_add\nFAILED tests/test_ops.py::test_mul\n"
+           f"{evidence}\n>>>>> End Test Output\n")
+    gold = grade(toy_instance, log, model_patch=toy_instance.patch)
+    base = grade(toy_instance, log, model_patch=None, baseline=True)
+    assert not gold.resolved
+    result = judge(toy_instance, [gold], base, log)
+    assert result.reason == reason and "test_mul" in result.detail
