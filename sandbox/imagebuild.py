@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 BUILD_TIMEOUT_S = 1800  # HTTP timeout of one docker build (the daemon streams its log while building)
 OLDEST_GLIBC_MINOR = 17  # manylinux2014
 MAX_DEPENDENCY_ROUNDS = 8
+LEGACY_SETUPTOOLS = "setuptools<70"
+"""The build requirement an sdist's metadata is retried with when today's setuptools cannot prepare it
+(:func:`download_sources`)."""
 
 
 @dataclass(frozen=True)
@@ -166,10 +169,30 @@ def _download(req: Path, dest: Path, spec: LayerSpec, progress: ProgressFn | Non
         ", ".join(sources),
     )
     try:
-        _pip(["download", "--no-deps", "--no-binary=:all:", "-d", str(dest), *sources], progress)
+        download_sources(sources, dest, progress)
         _pip([*strict, "setuptools", "wheel"], progress)
     except ImageBuildError as e:
         raise ImageBuildError(f"{first}\nthe sdist fallback failed too:\n{e}") from e
+
+
+def download_sources(sources: list[str], dest: Path, progress: ProgressFn | None = None) -> None:
+    """The sdists of ``sources`` (``--no-deps``) into ``dest``. pip prepares each one's metadata on the host
+    to check it; an old ``setup.py`` that imports ``pkg_resources`` (astropy-helpers 3.2) fails with a
+    setuptools too new to have it, so that failure is retried once through PEP 517 with the build environment
+    held to :data:`LEGACY_SETUPTOOLS`. The image still builds the sdist with its own setuptools."""
+    args = ["download", "--no-deps", "--no-binary=:all:", "-d", str(dest), *sources]
+    try:
+        _pip(args, progress)
+        return
+    except ImageBuildError as e:
+        if "pkg_resources" not in str(e) and "metadata-generation-failed" not in str(e):
+            raise
+        log.warning("preparing the metadata of %s failed; retrying with %s", ", ".join(sources),
+                    LEGACY_SETUPTOOLS)
+    with tempfile.TemporaryDirectory(prefix="envfarm-constraints-") as tmp:
+        constraints = Path(tmp) / "constraints.txt"
+        constraints.write_text(f"{LEGACY_SETUPTOOLS}\n", encoding="utf-8")
+        _pip(args, progress, {"PIP_USE_PEP517": "1", "PIP_CONSTRAINT": str(constraints)})
 
 
 def _complete(dest: Path, strict: list[str], spec: LayerSpec, progress: ProgressFn | None) -> None:
@@ -239,8 +262,8 @@ def _requirement_lines(req: Path) -> list[str]:
     return [line for line in lines if line and not line.startswith("#")]
 
 
-def _pip(args: list[str], progress: ProgressFn | None) -> None:
-    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
+def _pip(args: list[str], progress: ProgressFn | None, extra_env: dict[str, str] | None = None) -> None:
+    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1", **(extra_env or {})}
 
     def on_line(line: str) -> None:
         log.debug("pip: %s", line)

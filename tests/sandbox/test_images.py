@@ -232,3 +232,11 @@ def test_farm_errors_print_one_red_line_and_exit_2(recipes: Path) -> None:
     assert result.exit_code == 2
     assert "error: no image recipe 'pytset'" in result.stderr and "did you mean 'pytest'" in result.stderr
     assert "Traceback" not in result.output
+
+
+@pytest.mark.slow
+def test_an_sdist_whose_setup_py_needs_pkg_resources_is_downloaded(tmp_path: Path) -> None:
+    """astropy-helpers 3.2.1 (astropy 3.1's build helper; real PyPI): its setup.py imports pkg_resources,
+    which the host's setuptools may no longer have; the download retries with an older build setuptools."""
+    imagebuild.download_sources(["astropy-helpers==3.2.1"], tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["astropy-helpers-3.2.1.tar.gz"]
