@@ -212,7 +212,14 @@ def snapshot(src: Path, commit: str, dest: Path) -> str:
     tree = tree_of(src, commit)
     dest.mkdir(parents=True, exist_ok=False)
     _git(["init", "-q", "-b", SNAPSHOT_BRANCH], dest)
-    objects = _git(["rev-list", "--objects", tree], src).stdout
+    listed = _git(["rev-list", "--objects", tree], src, check=False)
+    if listed.returncode != 0:
+        missing = tail(listed.stderr.decode(errors="replace"))
+        raise RepoNotFound(
+            f"{src} has commit {commit} but not all of its files ({missing.strip()}): the mirror is "
+            "incomplete; fetch it again or use a fuller mirror"
+        )
+    objects = listed.stdout
     pack = _git(["pack-objects", "--stdout", "-q"], src, stdin=objects).stdout
     _git(["index-pack", "--stdin"], dest, stdin=pack)
     message = f"envfarm snapshot of {commit}\n".encode()

@@ -50,3 +50,24 @@ def test_bare_mirrors_and_clear_errors(toy: tuple[Path, str, Path], tmp_path: Pa
         find_repo(mirrors, "pallets/flask")
     with pytest.raises(RepoNotFound, match="is not in"):
         snapshot(src, "0" * 40, tmp_path / "nope")
+
+
+def test_a_mirror_missing_files_of_the_commit_is_no_repository(toy: tuple[Path, str, Path],
+                                                                tmp_path: Path) -> None:
+    """A snapshot mirror can hold a commit and its tree but lack a blob (astropy's here): that is a missing
+    repository (validate's no-repository), not a build failure."""
+    source, base, _ = toy
+    mirror = tmp_path / f"{KEY}.git"
+    clone = ["git", "clone", "-q", "--mirror", "--no-local", str(source / KEY), str(mirror)]
+    subprocess.run(clone, check=True)
+    subprocess.run(["git", "repack", "-q", "-a", "-d"], cwd=mirror, check=True)
+    blob = git(mirror, "rev-parse", f"{base}:calc/ops.py")
+    objects = git(mirror, "rev-list", "--objects", "--all").splitlines()
+    keep = "\n".join(line.split()[0] for line in objects if not line.startswith(blob)) + "\n"
+    pack = subprocess.run(["git", "pack-objects", "--stdout", "-q"], cwd=mirror, input=keep.encode(),
+                          capture_output=True, check=True).stdout
+    for old in (mirror / "objects" / "pack").iterdir():
+        old.unlink()
+    subprocess.run(["git", "index-pack", "--stdin"], cwd=mirror, input=pack, capture_output=True, check=True)
+    with pytest.raises(RepoNotFound, match=r"has commit .* but not all of its files .*mirror is incomplete"):
+        snapshot(mirror, base, tmp_path / "snap")
