@@ -339,9 +339,13 @@ class AgentEnv(gymnasium.Env[str, str], Generic[TaskT], metaclass=ABCMeta):
         try:
             result: tuple[str, float, bool, bool, dict[str, Any]] = self._run(self.astep(action))
         except InfraError as e:
-            info = {**self._info(), "infra_error": f"{type(e).__name__}: {e}"}
-            return f"[infrastructure error: {e}]", 0.0, False, True, info
+            return self.infra_result(f"{type(e).__name__}: {e}")
         return result
+
+    def infra_result(self, why: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """The step result a sync boundary (``step``, the OpenEnv wire) reports for an episode that ended on
+        an infrastructure error: truncated, reward 0 that the farm never scores, ``info["infra_error"]``."""
+        return f"[infrastructure error: {why}]", 0.0, False, True, {**self._info(), "infra_error": why}
 
     def close(self) -> None:
         if self._loop is not None and not self._loop.is_closed():

@@ -199,9 +199,7 @@ class AgentEnvSession(Environment[EnvfarmAction, EnvfarmObservation, EnvfarmStat
         return observation(*result)
 
     def _infra(self, why: str) -> EnvfarmObservation:
-        info = {"tools": [t.schema() for t in self.env.tools.values()], "step": self.env.steps,
-                "infra_error": why}
-        return observation(f"[infrastructure error: {why}]", 0.0, False, True, info)
+        return observation(*self.env.infra_result(why))
 
     def reset(self, seed: int | None = None, episode_id: str | None = None,
               **kwargs: Any) -> EnvfarmObservation:
