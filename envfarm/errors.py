@@ -40,8 +40,11 @@
     │                                         `ray start`, then `--resume RUN`
     └── TrainerError                          the learner (`envfarm train`): batching, updates, the loop
         ├── CheckpointError                   a checkpoint that is missing, damaged or for another model
-        └── WeightsError                      published weights that are no safetensors file or do not fit
-                                              the served model (`envfarm serve` answers 400)
+        ├── WeightsError                      published weights that are no safetensors file or do not fit
+        │                                     the served model (`envfarm serve` answers 400)
+        └── EngineError                       the vLLM engine (`--engine vllm`) died, or a reload failed
+            └── EngineStartError              not installed (-> `make setup`), or did not come up: the message
+                                              names its log file and shows the log's tail
 
 Messages name the object, show the tail of stderr where there is one, and say how to fix it.
 Foreign errors (docker SDK, OSError from subprocess spawning) are mapped once, in the backend that meets
@@ -181,6 +184,14 @@ class CheckpointError(TrainerError):
 
 class WeightsError(TrainerError):
     """Weights sent to the policy server are unreadable or do not fit its model (names the keys)."""
+
+
+class EngineError(TrainerError):
+    """The managed inference engine (a vLLM server) failed while in use: it died, or a reload failed."""
+
+
+class EngineStartError(EngineError):
+    """The engine is not installed or did not come up; the message names its log file and the fix."""
 
 
 def tail(text: str, lines: int = 15, chars: int = 2000) -> str:
