@@ -14,13 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-import transformers
-from hf_support import bpe_tokenizer
+from hf_support import tiny_qwen2
 
-from envfarm.envs.tool_use.word_problems import make_problem
 from envfarm.rollout.trajectory import Trajectory
 from envfarm.trainer.learner import Learner, LearnerConfig
 from envfarm.trainer.policy import load_policy
@@ -28,27 +25,7 @@ from envfarm.trainer.samples import TokenSample
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] or '' }}"
-          "{% if m.get('tool_calls') %}{% for c in m['tool_calls'] %}<tool_call>\n"
-          "{{ c['function'] | tojson }}\n</tool_call>{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
-
-
-def _qwen2(folder: Path) -> Path:
-    rng = np.random.default_rng(0)
-    problems = [make_problem(rng, level) for level in (1, 2, 3) for _ in range(40)]
-    corpus = [p.text for p in problems] + [f'<tool_call>\n{{"name": "calc", "arguments": {{"expr": '
-                                           f'"{p.expression}"}}}}\n</tool_call>' for p in problems]
-    tok = bpe_tokenizer(CHATML, corpus, vocab_size=600)
-    cfg = transformers.Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
-                                   num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                                   max_position_embeddings=1024, eos_token_id=tok.eos_token_id,
-                                   tie_word_embeddings=True)
-    torch.manual_seed(0)
-    transformers.Qwen2ForCausalLM(cfg).save_pretrained(str(folder))
-    tok.save_pretrained(str(folder))
-    return folder
 
 
 def _free_port() -> int:
@@ -58,7 +35,7 @@ def _free_port() -> int:
 
 
 def test_hf_model_sft_eval_rl_eval_serve(tmp_path: Path) -> None:
-    model = _qwen2(tmp_path / "qwen2-tiny")
+    model = tiny_qwen2(tmp_path / "qwen2-tiny")
     out = tmp_path / "run"
     done = subprocess.run(
         [sys.executable, "-m", "envfarm.cli", "train", "--checkpoint", str(model), "--out", str(out),
