@@ -11,8 +11,9 @@ greedy and sampled on the same held-out seeds, in one asyncio process.
 1. demos: teacher episodes (``runs/demos``; teacher.py: oracle or noisy) and a few on validation seeds for
    the held-out check (``runs/val-demos``); SFT until the check passes or ``sft_steps``; the result is
    ``checkpoints/sft``, the ``sft`` arm.
-2. A :class:`PolicyServer` (its own copy of the policy) starts on loopback; the ``sft`` arm is evaluated on
-   ``eval_episodes`` seeds of the evaluation range, greedy (temperature 0) and sampled (``temperature``).
+2. The rollout engine (engines.py: a :class:`PolicyServer` with its own copy of the policy, or with
+   ``engine="vllm"`` a vLLM server) starts on loopback; the ``sft`` arm is evaluated on ``eval_episodes``
+   seeds of the evaluation range, greedy (temperature 0) and sampled (``temperature``).
 3. RL (rl.py): farm -> HTTP -> server, farm -> NDJSON -> learner inbox, learner -> POST /weights -> server;
    the result, the ``rl`` arm, is evaluated the same way.
 4. ``sft_more``: the SFT checkpoint, trained on fresh teacher demos (``runs/more-demos``) until it has spent
@@ -43,14 +44,14 @@ from envfarm.errors import ConfigError
 
 from .checkpoint import latest_checkpoint, load_checkpoint, prune, save_checkpoint
 from .distributed import DistContext
+from .engines import RolloutEngine, make_engine
 from .evaluation import EvalResult, evaluate_served
 from .learner import Learner, UpdateStats, learner_config
 from .metrics import Metrics, Phase, plot_rewards
-from .policy import Policy, clone_policy, load_policy, save_policy
+from .policy import Policy, load_policy, save_policy
 from .ranks import Leader, start_followers
 from .rl import RLPhase, RLState
 from .samples import TokenSample, sft_samples
-from .server import PolicyServer, ServerConfig
 from .sft import collect_demos, completed_demos, greedy_match, sft_batch
 from .state import LoopState
 from .summary import MODES, Compute, TrainResult
@@ -102,15 +103,14 @@ class Training:
     async def run(self, resume: bool) -> TrainResult:
         await asyncio.to_thread(self._setup, resume)
         assert self.policy is not None and self.metrics is not None and self.learner is not None
-        server: PolicyServer | None = None
+        server: RolloutEngine | None = None
         try:
             if self.loop_state.phase == "sft":
                 await self._sft()
-            served = clone_policy(self.policy)
-            served.version = self.rl_state.version
             c = self.config
-            server = PolicyServer(served, ServerConfig(max_batch=c.max_batch, max_tokens=c.max_tokens,
-                                                       seed=c.seed))
+            server = make_engine(c.engine, self.policy, version=self.rl_state.version, max_batch=c.max_batch,
+                                 max_tokens=c.max_tokens, seed=c.seed, workdir=self.out / "engine",
+                                 threads=c.threads)
             await server.start("127.0.0.1", 0)
             await self._evaluate_arm("sft", server)
             if self.loop_state.phase == "rl":
@@ -290,7 +290,7 @@ class Training:
 
     # --------------------------------------------------------------------------------------------- RL
 
-    async def _rl(self, server: PolicyServer) -> None:
+    async def _rl(self, server: RolloutEngine) -> None:
         c = self.config
         assert self.learner is not None and self.policy is not None and self.metrics is not None
         self.progress.phase, self.progress.total = "rl", c.rl_updates
@@ -306,12 +306,13 @@ class Training:
 
         assert self.leader is not None
         phase = RLPhase(c, self.out, self.learner, server.url, self.metrics, self.rl_state, checkpoint,
-                        self.policy.max_context, on_update, step=self.leader.update)
+                        self.policy.max_context, on_update, step=self.leader.update,
+                        check_logprobs=getattr(server, "checks_logprobs", False))
         self.rl_state = await phase.run()
 
     # ------------------------------------------------------------------------------------- evaluation
 
-    async def _evaluate_arm(self, arm: str, server: PolicyServer) -> None:
+    async def _evaluate_arm(self, arm: str, server: RolloutEngine) -> None:
         """Evaluate ``arm`` in every mode (each once: a finished evaluation is read back from evals/)."""
         for mode, temperature in MODES.items():
             path = self.out / "evals" / f"{arm}-{mode}.json"
@@ -323,7 +324,7 @@ class Training:
             self.evals[arm, mode] = await self._timed(f"eval_{arm}", self._evaluate(arm, mode, temperature,
                                                                                       server, path))
 
-    async def _evaluate(self, arm: str, mode: str, temperature: float | None, server: PolicyServer,
+    async def _evaluate(self, arm: str, mode: str, temperature: float | None, server: RolloutEngine,
                         path: Path) -> EvalResult:
         assert self.metrics is not None and self.learner is not None
         c = self.config

@@ -38,6 +38,7 @@ from envfarm.rollout.trajectory import Trajectory
 
 from .ingest import Inbox
 from .learner import Learner, UpdateStats
+from .logprob_check import LogprobMismatch, logprob_mismatch
 from .metrics import Metrics
 from .samples import TokenSample, rl_samples
 from .train_config import TrainConfig
@@ -75,7 +76,7 @@ class RLPhase:
     def __init__(self, config: TrainConfig, out: Path, learner: Learner, server_url: str, metrics: Metrics,
                  state: RLState, checkpoint: Checkpointer, max_context: int,
                  on_update: Callable[[RLState, float | None], None] | None = None,
-                 step: StepFn | None = None) -> None:
+                 step: StepFn | None = None, check_logprobs: bool = False) -> None:
         self.config = config
         self.out = out
         self.learner = learner
@@ -86,6 +87,9 @@ class RLPhase:
         self.max_context = max_context
         self.on_update = on_update
         self.step: StepFn = step or learner.update
+        self.check_logprobs = check_logprobs
+        """Compare on-policy behaviour logprobs with the learner's recompute before each update (an engine
+        other than the built-in one; logprob_check.py); the distribution goes to metrics.jsonl."""
         self.dropped: Counter[str] = Counter(state.dropped)
         self.inbox = Inbox(out / INGEST_STORE, config.group_size, weight_version=state.version)
         self._t0, self._base_s = time.monotonic(), state.seconds
@@ -180,6 +184,7 @@ class RLPhase:
         completed = [t.reward for g in groups for t in g if t.status == "completed"]
         reward_mean = sum(completed) / len(completed) if completed else None
         stats, update_s = None, 0.0
+        mismatch = await self._check_logprobs(samples) if self.check_logprobs else None
         for _ in range(c.ppo_epochs if useful else 0):  # the last epoch's statistics are logged
             stats = await asyncio.to_thread(self.step, useful, "rl")
             update_s += stats.seconds
@@ -201,7 +206,8 @@ class RLPhase:
                             ratio_mean=stats.ratio_mean if stats else None, groups=len(groups),
                             episodes=len(completed), update_s=round(update_s, 3),
                             staleness_mean=round(sum(lag) / len(lag), 3) if lag else None,
-                            skipped=stats is None)
+                            skipped=stats is None,
+                            **({"logprob_mismatch": mismatch.to_json()} if mismatch is not None else {}))
         self.metrics.publish(version=s.version, bytes=result.bytes, seconds=round(result.seconds, 4))
         # Checkpoint after both metrics lines: a crash between them and it resumes from the checkpoint before,
         # whose resume drops this update's lines (Metrics ``keep``) and logs the redone update once; a crash
@@ -210,6 +216,12 @@ class RLPhase:
             await self._checkpoint()
         if self.on_update is not None:
             self.on_update(s, reward_mean)
+
+    async def _check_logprobs(self, samples: list[TokenSample]) -> LogprobMismatch | None:
+        """The engine's logprobs of samples drawn on the learner's current weights vs its recompute."""
+        current = [x for x in samples if x.version == self.state.version]
+        return await asyncio.to_thread(logprob_mismatch, self.learner.module, current, self.learner.pad_id,
+                                       self.learner.device, self.config.micro_batch_tokens)
 
     async def _checkpoint(self) -> None:
         s = self.state

@@ -149,6 +149,10 @@ class TrainConfig:
     """Env steps running in sandboxes at once (the calculator is CPU-bound)."""
     max_batch: int = 64
     """Policy server: rows per generation batch."""
+    engine: Literal["builtin", "vllm"] = "builtin"
+    """Rollout engine: "builtin" (envfarm's policy server, in this process) or "vllm" (a vLLM server on
+    loopback, run from .venv-vllm, for a Hugging Face ``checkpoint``; ``max_batch`` is its --max-num-seqs;
+    weights reloaded in place after every update, and the learner checks its logprobs). See engines.py."""
     nproc: int = 1
     """Learner processes (data parallel; gloo on CPU, nccl on CUDA with one device per rank)."""
     micro_batch_tokens: int = 16384
@@ -208,6 +212,11 @@ class TrainConfig:
             raise ConfigError(f"loss_agg must be 'token' or 'sequence', got {self.loss_agg!r}")
         if not isinstance(self.env_kwargs, dict):
             raise ConfigError(f"env_kwargs must be a JSON object, got {self.env_kwargs!r}")
+        if self.engine not in ("builtin", "vllm"):
+            raise ConfigError(f"engine must be 'builtin' or 'vllm', got {self.engine!r}")
+        if self.engine == "vllm" and self.checkpoint is None:
+            raise ConfigError("engine 'vllm' serves a Hugging Face model: give --checkpoint HF_DIR (the "
+                              f"built-in preset {self.preset!r} runs on --engine builtin)")
         if self.eval_split not in ("test", "validation"):
             raise ConfigError(f"eval_split must be 'test' or 'validation', got {self.eval_split!r}")
         self.seed_ranges().check()
