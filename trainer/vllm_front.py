@@ -178,15 +178,11 @@ class VLLMFront:
             if self._active == 0:
                 self._idle.set()
 
-    async def reload(self, state: Mapping[str, torch.Tensor] | None, version: WeightVersion,
-                     folder: Path | None = None) -> ReloadResult:
-        """Load ``state`` (or the checkpoint already written in ``folder``) as ``version``, in place."""
+    async def reload(self, state: Mapping[str, torch.Tensor], version: WeightVersion) -> ReloadResult:
+        """Load ``state`` (a policy module's state dict) as ``version``, in place."""
         async with self._swap:
             t0 = time.perf_counter()
-            if state is not None:
-                folder, size = await asyncio.to_thread(write_weights, state, self.weights_dir / f"v{version}")
-            assert folder is not None
-            size = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+            folder, size = await asyncio.to_thread(write_weights, state, self.weights_dir / f"v{version}")
             t1 = time.perf_counter()
             self._open.clear()
             try:
@@ -207,14 +203,11 @@ class VLLMFront:
         return ReloadResult(version, size, t1 - t0, t2 - t1, t3 - t2)
 
     def _forget_old(self, current: Path) -> None:
-        """Delete the weight folders this front wrote before ``current`` (vLLM has read them)."""
-        keep = []
+        """Delete the weight folder this front wrote before ``current`` (vLLM has read it)."""
         for old in self._folders:
-            if old != current and old.is_relative_to(self.weights_dir):
+            if old != current:
                 shutil.rmtree(old, ignore_errors=True)
-        if current.is_relative_to(self.weights_dir):
-            keep.append(current)
-        self._folders = keep
+        self._folders = [current]
 
     async def _reset_prefix_cache(self) -> None:
         for _ in range(50):  # fails while blocks are held (a request a client dropped, being aborted)
@@ -252,9 +245,14 @@ class VLLMFront:
         except web.HTTPException:
             raise
         except (aiohttp.ClientError, EngineError) as e:  # the engine is down or failed: clients retry 5xx
-            log.warning("vLLM front: %s %s failed: %s", request.method, request.path, e)
-            return web.json_response(error_body(f"engine unavailable: {e}", kind="server_error"), status=503,
-                                     headers=self._headers(self.version))
+            error: Exception = e
+            try:
+                self._alive()
+            except EngineError as dead:  # the process is gone: say so, and where its log is
+                error = dead
+            log.warning("vLLM front: %s %s failed: %s", request.method, request.path, error)
+            return web.json_response(error_body(f"engine unavailable: {error}", kind="server_error"),
+                                     status=503, headers=self._headers(self.version))
 
     async def _health(self, _request: web.Request) -> web.Response:
         assert self._session is not None

@@ -246,10 +246,28 @@ def test_requests_in_flight_during_a_reload_keep_one_version(served: dict[str, A
 
 
 @pytest.mark.slow
-def test_sigterm_stops_the_engine_and_all_its_processes(served: dict[str, Any]) -> None:
+def test_a_dead_engine_is_named_and_sigterm_leaves_no_process(served: dict[str, Any]) -> None:
+    """vLLM killed under the front: requests get a 503 that names the engine's log (the farm retries, then
+    stops with it); SIGTERM to ``envfarm serve`` then ends it and every process vLLM had started."""
     proc: subprocess.Popen[bytes] = served["proc"]
     family = descendants(proc.pid)
     assert len(family) >= 2  # vLLM's api_server and its engine core, at least
+    api = [p for p in family if b"api_server" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    os.kill(api[0], signal.SIGKILL)
+
+    async def ask() -> tuple[int, str]:
+        body = {"model": "w1", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+        url = served["url"] + "/v1/chat/completions"
+        for _ in range(20):  # until the serving process has reaped its dead child
+            async with aiohttp.ClientSession() as s, s.post(url, json=body) as r:
+                status, text = r.status, await r.text()
+            if "died" in text:
+                break
+            await asyncio.sleep(0.5)
+        return status, text
+
+    status, text = asyncio.run(ask())
+    assert status == 503 and "died" in text and "vllm.log" in text, text
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 0
     deadline = time.monotonic() + 30
