@@ -80,18 +80,19 @@ class FrontStats:
 
 def checkpoint_state(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The tensors of a checkpoint folder from a policy module's state dict: ``HFCausalLM``'s ``model.``
-    prefix dropped (when every name has it), each shared tensor (tied embeddings) stored once, contiguous
-    on CPU."""
+    prefix dropped (when every name has it), contiguous on CPU, every name written. A tensor shared by two
+    names (tied embeddings: ``lm_head.weight`` is ``model.embed_tokens.weight``) is written under both, the
+    second a copy: vLLM 0.32's in-place reload of a tied model left its output projection on the old weights
+    when the file held the embedding alone (logprobs off by ~2e-3 after one optimizer step)."""
     names = list(state)
     strip = bool(names) and all(n.startswith(WRAPPER_PREFIX) for n in names)
     out: dict[str, torch.Tensor] = {}
     seen: set[tuple[int, int, tuple[int, ...]]] = set()
     for name, t in state.items():
         key = (int(t.untyped_storage().data_ptr()), int(t.storage_offset()), tuple(t.shape))
-        if key in seen and t.numel() > 0:
-            continue
+        tensor = t.detach().to("cpu").contiguous()
+        out[name.removeprefix(WRAPPER_PREFIX) if strip else name] = tensor.clone() if key in seen else tensor
         seen.add(key)
-        out[name.removeprefix(WRAPPER_PREFIX) if strip else name] = t.detach().to("cpu").contiguous()
     return out
 
 

@@ -30,7 +30,10 @@ from envfarm.cli import app
 from envfarm.errors import ConfigError, EngineStartError
 from envfarm.rollout.openai_policy import OpenAIPolicy
 from envfarm.rollout.policies import EpisodeView
+from envfarm.trainer.learner import Learner, LearnerConfig
+from envfarm.trainer.logprob_check import logprob_mismatch
 from envfarm.trainer.policy import load_policy
+from envfarm.trainer.samples import TokenSample
 from envfarm.trainer.train_config import TrainConfig
 from envfarm.trainer.vllm_front import checkpoint_state
 from envfarm.trainer.vllm_process import (
@@ -95,7 +98,7 @@ def test_engine_vllm_needs_a_hugging_face_checkpoint() -> None:
 
 def test_checkpoint_names_are_the_hugging_face_files(tmp_path: Path) -> None:
     """The learner's state dict (HFCausalLM wraps the model as ``.model``) becomes the names vLLM loads:
-    those of save_pretrained's file (the tied lm_head stored once, under the embedding)."""
+    those of save_pretrained's file, plus the tied lm_head as a copy of the embedding."""
     from safetensors import safe_open
 
     model = tiny_qwen2(tmp_path / "m", hidden_size=64, heads=2)
@@ -103,7 +106,8 @@ def test_checkpoint_names_are_the_hugging_face_files(tmp_path: Path) -> None:
     state = checkpoint_state(policy.module.state_dict())
     with safe_open(str(model / "model.safetensors"), "pt") as f:
         names = set(f.keys())
-    assert names <= set(state) and set(state) - names <= {"lm_head.weight"}
+    assert set(state) == names | {"lm_head.weight"}
+    assert torch.equal(state["lm_head.weight"], state["model.embed_tokens.weight"])
     assert all(not n.startswith("model.model.") for n in state)
 
 
@@ -166,6 +170,18 @@ def _ids(reply: dict[str, Any]) -> list[int]:
     return list(reply["choices"][0]["token_ids"])
 
 
+def _logprobs(reply: dict[str, Any]) -> torch.Tensor:
+    return torch.tensor([c["logprob"] for c in reply["choices"][0]["logprobs"]["content"]])
+
+
+def _forward_logprobs(model: transformers.PreTrainedModel, reply: dict[str, Any]) -> torch.Tensor:
+    """The completion's logprobs under ``model`` (transformers, float32): what the reply should say."""
+    prompt, ids = reply["prompt_token_ids"], _ids(reply)
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1]
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids)[:, None])[:, 0]
+
+
 @pytest.mark.slow
 def test_reply_has_version_token_ids_and_the_models_logprobs(served: dict[str, Any],
                                                               models: tuple[Path, Path]) -> None:
@@ -177,11 +193,8 @@ def test_reply_has_version_token_ids_and_the_models_logprobs(served: dict[str, A
     assert prompt_ids == tok.apply_chat_template([{"role": "user", "content": PROMPTS[0]}], tokenize=True,
                                                  add_generation_prompt=True, return_dict=True)["input_ids"]
     model = transformers.AutoModelForCausalLM.from_pretrained(str(models[1]), dtype=torch.float32)
-    with torch.no_grad():
-        logits = model(torch.tensor([prompt_ids + ids])).logits[0, len(prompt_ids) - 1 : -1]
-    expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids)[:, None])[:, 0]
-    got = torch.tensor([c["logprob"] for c in reply["choices"][0]["logprobs"]["content"]])
-    assert torch.allclose(got, expected, atol=1e-4), (got - expected).abs().max()
+    got, expected = _logprobs(reply), _forward_logprobs(model, reply)
+    assert ids and torch.allclose(got, expected, atol=1e-4), (got - expected).abs().max()
 
     async def farm_reply() -> Any:  # what the farm's policy keeps of it
         async with OpenAIPolicy(url, temperature=0, max_tokens=8) as policy:
@@ -201,7 +214,7 @@ def test_reload_in_place_answers_like_a_fresh_server(served: dict[str, Any],
     w0, w1 = (load_policy(path=m, device="cpu").module for m in models)
 
     async def run() -> dict[str, Any]:
-        fresh = [_ids((await _greedy(url, p))[1]) for p in PROMPTS]  # the server started on W1
+        fresh = [(await _greedy(url, p))[1] for p in PROMPTS]  # the server started on W1
         first = await publish(url, w0, 1)
         old = [await _greedy(url, p) for p in PROMPTS]  # W0, and W0's prefixes in vLLM's cache
         second = await publish(url, w1, 2)
@@ -211,8 +224,12 @@ def test_reload_in_place_answers_like_a_fresh_server(served: dict[str, Any],
     r = asyncio.run(run())
     assert [v for v, _ in r["old"]] == ["1"] * len(PROMPTS)
     assert [v for v, _ in r["new"]] == ["2"] * len(PROMPTS)
-    assert [_ids(x) for _, x in r["old"]] != r["fresh"]  # W0 answers otherwise: the reload did something
-    assert [_ids(x) for _, x in r["new"]] == r["fresh"]  # back on W1: exactly a fresh server's answers
+    assert [_ids(x) for _, x in r["old"]] != [_ids(x) for x in r["fresh"]]  # W0 answers otherwise
+    model0 = transformers.AutoModelForCausalLM.from_pretrained(str(models[0]), dtype=torch.float32)
+    for _, x in r["old"]:  # every weight reloaded, the tied output projection too (see checkpoint_state)
+        assert torch.allclose(_logprobs(x), _forward_logprobs(model0, x), atol=1e-4)
+    for (_, x), y in zip(r["new"], r["fresh"], strict=True):  # back on W1: a fresh server's answers
+        assert _ids(x) == _ids(y) and torch.allclose(_logprobs(x), _logprobs(y), atol=1e-5)
     assert [p.version for p in r["publish"]] == [1, 2]
     seconds = [round(p.seconds, 3) for p in r["publish"]]
     print(f"publish seconds (encode + HTTP + write + drain + reload): {seconds}")
@@ -243,6 +260,31 @@ def test_requests_in_flight_during_a_reload_keep_one_version(served: dict[str, A
     for i, (version, reply) in enumerate(replies):
         assert version in refs, version
         assert _ids(reply) == refs[version][i % len(PROMPTS)], (i, version)  # all tokens from that version
+
+
+@pytest.mark.slow
+def test_after_an_optimizer_step_vllm_samples_with_the_learners_weights(served: dict[str, Any],
+                                                                        models: tuple[Path, Path]) -> None:
+    """The RL loop's round trip: sample, one learner step on it, publish, sample again; both times vLLM's
+    logprobs are the learner's own recompute (logprob_check.py), so the reload took every weight."""
+    url = served["url"]
+    policy = load_policy(path=models[1], device="cpu")
+    learner = Learner(policy.module, LearnerConfig(lr=1e-3), policy.tokenizer.pad_id, policy.device)
+
+    async def sample(version: int) -> list[TokenSample]:
+        await publish(url, learner.module, version)
+        replies = [(await _greedy(url, p, 16, temperature=1.0))[1] for p in PROMPTS]
+        return [TokenSample.turn(tuple(r["prompt_token_ids"]), tuple(_ids(r)), tuple(_logprobs(r).tolist()),
+                                 1.0 if i % 2 else -1.0, version) for i, r in enumerate(replies)]
+
+    first = asyncio.run(sample(10))
+    before = logprob_mismatch(learner.module, first, learner.pad_id, "cpu")
+    learner.update(first, "rl")
+    after = logprob_mismatch(learner.module, asyncio.run(sample(11)), learner.pad_id, "cpu")
+    moved = logprob_mismatch(learner.module, first, learner.pad_id, "cpu")
+    assert before is not None and after is not None and moved is not None
+    assert before.max < 1e-4 and after.max < 1e-4, (before, after)
+    assert moved.max > 1e-3  # the step changed the policy: a stale engine would have shown it
 
 
 @pytest.mark.slow
