@@ -206,6 +206,15 @@ def test_reply_has_version_token_ids_and_the_models_logprobs(served: dict[str, A
     assert kept.weight_version == 0 and kept.token_ids and kept.prompt_token_ids
     assert kept.logprobs is not None and len(kept.logprobs) == len(kept.token_ids)
 
+    async def streamed() -> tuple[str, str]:  # server-sent events pass through the front, version named
+        body = {"model": "w1", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+                "stream": True}
+        async with aiohttp.ClientSession() as s, s.post(url + "/v1/chat/completions", json=body) as r:
+            return r.headers["X-Weight-Version"], await r.text()
+
+    version, text = asyncio.run(streamed())
+    assert version == "0" and "chat.completion.chunk" in text and text.rstrip().endswith("data: [DONE]")
+
 
 @pytest.mark.slow
 def test_reload_in_place_answers_like_a_fresh_server(served: dict[str, Any],
