@@ -1,6 +1,6 @@
 """Rollout engines: what samples for the farm and takes the learner's weights; one per file, this contract.
 
-    engine = make_engine("vllm", policy, ServerConfig(max_batch=64), workdir=out / "engine")
+    engine = make_engine("vllm", policy, version=0, max_batch=64, max_tokens=96, seed=0, workdir=out / "e")
     url = await engine.start("127.0.0.1", 0)      # farm: openai:{url}/v1; learner: publish(url, module, v)
     await engine.swap(module_or_state, version)   # in process; POST {url}/weights does the same over HTTP
     await engine.stop()

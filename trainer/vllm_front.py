@@ -75,7 +75,7 @@ class FrontStats:
     seeds_dropped: int = 0
     reloads: int = 0
     reload_s: list[float] = field(default_factory=list)
-    """vLLM's reload + prefix-cache reset, per reload."""
+    """vLLM's reload + prefix-cache reset, per reload (the last 100)."""
 
 
 def checkpoint_state(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -197,7 +197,7 @@ class VLLMFront:
                 self._open.set()
             t3 = time.perf_counter()
             self.stats.reloads += 1
-            self.stats.reload_s.append(round(t3 - t2, 4))
+            self.stats.reload_s = [*self.stats.reload_s[-99:], round(t3 - t2, 4)]
             await asyncio.to_thread(self._forget_old, folder)
         log.info("vLLM weights v%s: write %.3fs, drain %.3fs, reload %.3fs", version, t1 - t0, t2 - t1,
                  t3 - t2)
