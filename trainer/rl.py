@@ -50,6 +50,9 @@ RL_RUN = "runs/rl"
 RL_EPISODES = 200_000
 """Episodes of the asynchronous RL farm run: more than any run uses (it is stopped when RL ends)."""
 INGEST_STORE = "ingest.jsonl"
+CHECK_SAMPLES = 16
+"""Samples per update whose behaviour logprobs the learner recomputes (``check_logprobs``): a forward of
+all of them would cost a third of the update; 16 turns give the distribution (~1,000+ tokens)."""
 
 
 @dataclass
@@ -207,7 +210,7 @@ class RLPhase:
                             episodes=len(completed), update_s=round(update_s, 3),
                             staleness_mean=round(sum(lag) / len(lag), 3) if lag else None,
                             skipped=stats is None,
-                            **({"logprob_mismatch": mismatch.to_json()} if mismatch is not None else {}))
+                            **({"logprob_mismatch": mismatch} if mismatch is not None else {}))
         self.metrics.publish(version=s.version, bytes=result.bytes, seconds=round(result.seconds, 4))
         # Checkpoint after both metrics lines: a crash between them and it resumes from the checkpoint before,
         # whose resume drops this update's lines (Metrics ``keep``) and logs the redone update once; a crash
@@ -217,11 +220,16 @@ class RLPhase:
         if self.on_update is not None:
             self.on_update(s, reward_mean)
 
-    async def _check_logprobs(self, samples: list[TokenSample]) -> LogprobMismatch | None:
-        """The engine's logprobs of samples drawn on the learner's current weights vs its recompute."""
+    async def _check_logprobs(self, samples: list[TokenSample]) -> dict[str, Any] | None:
+        """The engine's logprobs of up to ``CHECK_SAMPLES`` samples drawn on the learner's current weights
+        (spread over the update's groups) vs its recompute, and the seconds the forward took."""
         current = [x for x in samples if x.version == self.state.version]
-        return await asyncio.to_thread(logprob_mismatch, self.learner.module, current, self.learner.pad_id,
-                                       self.learner.device, self.config.micro_batch_tokens)
+        picked = current[:: max(1, len(current) // CHECK_SAMPLES)][:CHECK_SAMPLES]
+        t0 = time.perf_counter()
+        found: LogprobMismatch | None = await asyncio.to_thread(
+            logprob_mismatch, self.learner.module, picked, self.learner.pad_id, self.learner.device,
+            self.config.micro_batch_tokens)
+        return None if found is None else {**found.to_json(), "seconds": round(time.perf_counter() - t0, 3)}
 
     async def _checkpoint(self) -> None:
         s = self.state
