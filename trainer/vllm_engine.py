@@ -97,8 +97,8 @@ class VLLMEngine:
         in-process twin of ``POST /weights``."""
         if self.front is None:
             raise ConfigError("the vLLM engine is not started")
-        if isinstance(state, nn.Module):
-            state = {k: v.detach().clone() for k, v in state.state_dict().items()}  # the learner goes on
+        if isinstance(state, nn.Module):  # a copy: the learner may go on training the module
+            state = await asyncio.to_thread(_copy_state, state)
         return await self.front.reload(state, version)
 
     async def __aenter__(self) -> VLLMEngine:
@@ -108,6 +108,10 @@ class VLLMEngine:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+def _copy_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
 def _save_for_vllm(policy: Policy, folder: Path) -> None:
