@@ -4,6 +4,7 @@ Hugging Face model and the same farm load; prints and writes JSON.
     python bench/engine.py                          # 128 ToolCalc episodes at concurrency 64 per engine
     python bench/engine.py --quick                  # 32 episodes, 2 updates: a smoke run
     python bench/engine.py --out bench/results/engine.json
+    python bench/engine.py --model models/qwen2.5-0.5b-instruct --device cuda    # on a GPU machine (untested)
 
 The model: the tests' tiny Qwen2 (tests/trainer/hf_support.py: random init, a BPE tokenizer trained on
 ToolCalc text, ChatML + Hermes tool calls), hidden 64 in 2 heads (vLLM's CPU attention needs head size >= 32).
@@ -171,7 +172,7 @@ def mismatch_summary(checks: list[Any]) -> dict[str, Any] | None:
 async def bench_engine(name: str, model: Path, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     config = TrainConfig(engine=name, checkpoint=str(model), concurrency=args.concurrency,  # type: ignore[arg-type]
                          max_tokens=args.max_tokens, max_batch=args.concurrency)
-    policy = load_policy(path=model, device="cpu")
+    policy = load_policy(path=model, device=args.device)
     engine = make_engine(name, policy, version=0, max_batch=args.concurrency, max_tokens=args.max_tokens,
                          seed=0, workdir=work / "engine")
     t0 = time.perf_counter()
@@ -198,14 +199,16 @@ async def bench_engine(name: str, model: Path, args: argparse.Namespace, work: P
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-engine-") as tmp:
         root = Path(tmp)
-        model = tiny_qwen2(root / "model", hidden_size=64, heads=2)
+        model = args.model or tiny_qwen2(root / "model", hidden_size=64, heads=2)
         params = sum(p.numel() for p in load_policy(path=model, device="cpu").module.parameters())
+        tiny = {"kind": "Qwen2 (random init)", "params": params, "hidden": 64, "heads": 2, "layers": 2}
         result: dict[str, Any] = {
-            "model": {"kind": "Qwen2 (random init)", "params": params, "hidden": 64, "heads": 2, "layers": 2},
+            "model": {"kind": str(args.model), "params": params} if args.model else tiny,
             "load": {"episodes": args.episodes, "concurrency": args.concurrency,
                      "max_tokens": args.max_tokens, "temperature": 1.0, "env": "envfarm/ToolCalc-v0",
                      "backend": TrainConfig().backend},
-            "machine": {"cpus": os.cpu_count(), "load_avg_start": os.getloadavg()[0],
+            "machine": {"cpus": os.cpu_count(), "learner_device": args.device or "auto",
+                        "load_avg_start": os.getloadavg()[0],
                         "torch_threads": torch.get_num_threads()},
         }
         for name in args.engines:
@@ -230,6 +233,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--quick", action="store_true", help="32 episodes, 3 syncs, 2 updates of 4 x 4")
+    ap.add_argument("--model", type=Path, help="a local Hugging Face model folder instead of the tiny Qwen2 "
+                    "(a real-sized model on a GPU machine: .venv-vllm then holds the CUDA build)")
+    ap.add_argument("--device", default=None, help="the learner's device (cpu, cuda) [default: cuda if any]")
     ap.add_argument("--out", type=Path, default=Path("bench/results/engine.json"))
     args = ap.parse_args(argv)
     if args.quick:
