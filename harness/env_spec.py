@@ -37,6 +37,12 @@ class EnvSpec:
     """The Python the spec (or SWE-bench) asks for; ``python`` is the suite's ("" when the same)."""
     note: str = ""
     """Why ``python`` differs from ``requires_python`` (no suite ships it; the nearest was chosen)."""
+    cpus: float | None = None
+    """CPU cores of the test run, raising --cpus (tests that skip on one core: pylint's multiprocessing)."""
+
+    def run_cpus(self, cpus: float) -> float:
+        """The cores a test run of this env gets when the harness would give ``cpus``."""
+        return max(cpus, self.cpus or 0.0)
 
 
 def spec_path(repo: str, folder: Path | None = None) -> Path:

@@ -288,7 +288,8 @@ class _Runner:
         image = replace(image, duration_s=time.monotonic() - t0)  # env + instance, waits included
         c = self.cfg
         timeout = max(c.timeout_s, plan.env.timeout_s or 0.0)
-        limits = sandbox_limits(c.cpus, c.memory_mb, c.disk_mb, c.pids, image.repo_bytes, timeout)
+        limits = sandbox_limits(plan.env.run_cpus(c.cpus), c.memory_mb, c.disk_mb, c.pids, image.repo_bytes,
+                                timeout)
         async with self.run_sem:
             self.progress(Event(iid, "run"))
             try:

@@ -91,6 +91,9 @@ class SpecTable(BaseModel):
     """Environment variables for the test run (added to the eval_script's exports)."""
     timeout_s: float | None = None
     """Test timeout for this repo/version, overriding --timeout when larger."""
+    cpus: float | None = None
+    """CPU cores for the test run of this repo/version, overriding --cpus when larger (tests that skip or
+    behave differently on one core)."""
     protected: list[str] | None = None
     """Extra path globs a model patch may not change (the repo's own test-runner code); see tamper.py."""
     exact_python: bool | None = None
@@ -191,6 +194,7 @@ class SpecCatalog:
             log_parser=m.get("log_parser"),
             env=tuple(sorted(m.get("env", {}).items())),
             timeout_s=m.get("timeout_s"),
+            cpus=m.get("cpus"),
             protected=tuple(m.get("protected", ())),
             source=path,
             suite=suite.name,

@@ -182,11 +182,12 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
         self._backend = self._pools.backend(self._backend_name)
         image = await self._builder.instance(self.task.plan)
         mine, c = self._limits, self.harness
-        limits = sandbox_limits(mine.cpus, mine.memory_mb, mine.disk_mb, mine.pids, image.repo_bytes,
-                                mine.timeout_s)
+        env = self.task.plan.env
+        limits = sandbox_limits(env.run_cpus(mine.cpus), mine.memory_mb, mine.disk_mb, mine.pids,
+                                image.repo_bytes, mine.timeout_s)
         self._built = image
-        self._grade_limits = sandbox_limits(c.cpus, c.memory_mb, c.disk_mb, c.pids, image.repo_bytes,
-                                            self._grade_timeout())
+        self._grade_limits = sandbox_limits(env.run_cpus(c.cpus), c.memory_mb, c.disk_mb, c.pids,
+                                            image.repo_bytes, self._grade_timeout())
         return self._pools.get(self._backend, image.tag, limits)
 
     async def _dispatch(self, action: Action) -> Outcome:

@@ -124,3 +124,16 @@ def test_exact_python_reports_the_missing_python(tmp_path: Path) -> None:
         catalog.env("o/e", "1.0")
     assert catalog.env("o/e", "2.0").suite == "bullseye" and catalog.env("o/e", "2.0").note, "nearest suite"
     assert catalog.env("o/e", "3.0").python == "3.9"
+
+
+def test_a_spec_raises_the_cores_of_its_test_runs(tmp_path: Path) -> None:
+    """pylint's multiprocessing tests skip on one core ("Need 2 or more cores"), so SWE-bench's PASS_TO_PASS
+    lists them as passing: the spec gives its test runs 2 cores, never fewer than --cpus."""
+    (tmp_path / "c.toml").write_text('repo = "o/c"\n[defaults]\ncpus = 2\n[versions."1.0"]\n'
+                                     '[versions."2.0"]\ncpus = 0.5\n')
+    catalog = SpecCatalog([tmp_path])
+    assert catalog.env("o/c", "1.0").run_cpus(1.0) == 2.0
+    assert catalog.env("o/c", "1.0").run_cpus(4.0) == 4.0
+    assert catalog.env("o/c", "2.0").run_cpus(1.0) == 1.0
+    pylint = SpecCatalog().env("pylint-dev/pylint", "2.15")
+    assert pylint.run_cpus(1.0) == 2.0
