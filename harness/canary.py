@@ -25,7 +25,6 @@ from __future__ import annotations
 import ast
 import re
 import secrets
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from random import Random
@@ -122,25 +121,30 @@ Resolver = Callable[[str, Mapping[str, str]], "str | None"]
 
 
 def completeness(expected: Sequence[str], status: Mapping[str, str], resolve: Resolver,
-                 counts: Mapping[str, int]) -> list[Finding]:
-    """``missing-tests`` findings: an expected test absent from ``status`` or reported more than once.
+                 results: Mapping[str, Sequence[str]]) -> list[Finding]:
+    """``missing-tests`` findings: an expected test absent from ``status``, or reported more than once with
+    different outcomes.
 
-    ``resolve`` maps a test name to its key in ``status`` (swebench's ``_resolve_case``); ``counts`` says
-    how many result lines named each key (:func:`line_counts`)."""
+    ``resolve`` maps a test name to its key in ``status`` (swebench's ``_resolve_case``); ``results`` holds
+    the outcome of every result line that named each key (:func:`line_results`). Repeats with one outcome
+    cannot change a verdict and are legitimate where names are not file-qualified (sympy's runner: two test
+    files of a row may both define ``test_sqrt``)."""
     missing, repeated = [], []
     for name in dict.fromkeys(expected):
         key = resolve(name, status)
         if key is None:
             missing.append(name)
-        elif counts.get(key, 0) > 1 and not _cut(key) and not _progress(key):
-            repeated.append(f"{name} (x{counts[key]})")
+        elif len(set(results.get(key, ()))) > 1 and not _cut(key) and not _progress(key):
+            outcomes = "/".join(sorted(set(results[key])))
+            repeated.append(f"{name} (x{len(results[key])}: {outcomes})")
     findings = []
     if missing:
         findings.append(Finding("missing-tests", "(test results)", "flagged",
                                 f"{len(missing)} expected test(s) not in the results: {_few(missing)}"))
     if repeated:
         findings.append(Finding("missing-tests", "(test results)", "flagged",
-                                f"{len(repeated)} test(s) reported more than once: {_few(repeated)}"))
+                                f"{len(repeated)} test(s) reported more than once, with different outcomes: "
+                                f"{_few(repeated)}"))
     return findings
 
 
@@ -155,14 +159,15 @@ def _progress(key: str) -> bool:
     return re.fullmatch(r"\[\s*\d+%\]", key) is not None
 
 
-def line_counts(log: str, parse: Callable[[str], Mapping[str, str]]) -> Counter[str]:
-    """How many lines of ``log`` report each test, by running the line-based ``parse`` on each line alone
-    (parsers whose results span lines simply count less: a count only ever flags repeats)."""
-    counts: Counter[str] = Counter()
+def line_results(log: str, parse: Callable[[str], Mapping[str, str]]) -> dict[str, list[str]]:
+    """The outcome of every line of ``log`` that reports each test, by running the line-based ``parse`` on
+    each line alone (parsers whose results span lines simply see fewer: this only ever flags repeats)."""
+    results: dict[str, list[str]] = {}
     for line in log.split("\n"):
         if line.strip():
-            counts.update(parse(line).keys())
-    return counts
+            for key, outcome in parse(line).items():
+                results.setdefault(key, []).append(outcome)
+    return results
 
 
 # ------------------------------------------------------------------------------------------ rendering

@@ -19,8 +19,9 @@ Two rules are envfarm's own; a finding of either makes the instance unresolved w
   paths before the tests and passes its findings;
 - with ``canaries`` (what the runner planted, see ``canary.py``): rule ``canary`` when a canary test is
   missing from the parsed results or has the wrong outcome, and rule ``missing-tests`` when a FAIL_TO_PASS or
-  PASS_TO_PASS test is absent or reported more than once. (swebench's own cross-check of a non-zero exit
-  code against a log with no failure still runs; must-fail canaries always give an honest log failures.)
+  PASS_TO_PASS test is absent or reported more than once with different outcomes. (swebench's own
+  cross-check of a non-zero exit code against a log with no failure still runs; must-fail canaries always
+  give an honest log failures.)
 
 The code-repair env calls this same function.
 """
@@ -344,10 +345,10 @@ def _canary_findings(
     sliced = content.split(c.START_TEST_OUTPUT)[1].split(c.END_TEST_OUTPUT)[0]
     parser = sw.log_parsers.PARSER_REGISTRY[spec.log_parser]
     status = parser(sliced, spec)
-    counts = canary.line_counts(sliced, lambda line: parser(line, spec))
+    results = canary.line_results(sliced, lambda line: parser(line, spec))
     expected = [*instance.fail_to_pass, *instance.pass_to_pass]
     resolve = sw.grading._resolve_case
-    return [*canary.verdict(canaries, status), *canary.completeness(expected, status, resolve, counts)]
+    return [*canary.verdict(canaries, status), *canary.completeness(expected, status, resolve, results)]
 
 
 def failure_tier(reason: str | None) -> str | None:

@@ -99,18 +99,18 @@ def test_completeness_flags_missing_and_repeated_tests() -> None:
     parse = sw.log_parsers.PARSER_REGISTRY["parse_log_pytest"]
     log = "PASSED t.py::test_a\nPASSED t.py::test_b\nFAILED t.py::test_b - boom\n"
     status = parse(log, None)
-    counts = canary.line_counts(log, lambda line: parse(line, None))
+    results = canary.line_results(log, lambda line: parse(line, None))
     findings = canary.completeness(["t.py::test_a", "t.py::test_b", "t.py::test_c"], status,
-                                   sw.grading._resolve_case, counts)
+                                   sw.grading._resolve_case, results)
     assert [f.rule for f in findings] == ["missing-tests", "missing-tests"]
-    assert "t.py::test_c" in findings[0].detail and "t.py::test_b (x2)" in findings[1].detail
+    assert "t.py::test_c" in findings[0].detail and "t.py::test_b (x2: FAILED/PASSED)" in findings[1].detail
     once = "PASSED t.py::test_a\n"
     assert canary.completeness(["t.py::test_a"], parse(once, None), sw.grading._resolve_case,
-                               canary.line_counts(once, lambda line: parse(line, None))) == []
+                               canary.line_results(once, lambda line: parse(line, None))) == []
 
     nested = "PASSED t.py::test_a\nPASSED                                   [100%]\nPASSED         [100%]\n"
     assert canary.completeness(["t.py::test_a", "[100%]"], parse(nested, None), sw.grading._resolve_case,
-                               canary.line_counts(nested, lambda line: parse(line, None))) == [], (
+                               canary.line_results(nested, lambda line: parse(line, None))) == [], (
         "pytest's progress column in a nested run's output (SWE-bench's lists name it) is no repeated test"
     )
 
@@ -158,9 +158,9 @@ def test_cut_parametrized_ids_may_repeat() -> None:
     sw = _swebench.load()
     parse = sw.log_parsers.PARSER_REGISTRY["parse_log_pytest"]
     log = 'PASSED t.py::test_f[a("x", 1)]\nPASSED t.py::test_f[a("x", 2)]\n'
-    counts = canary.line_counts(log, lambda line: parse(line, None))
+    results = canary.line_results(log, lambda line: parse(line, None))
     assert canary.completeness(['t.py::test_f[a("x",'], parse(log, None), sw.grading._resolve_case,
-                               counts) == []
+                               results) == []
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -172,3 +172,17 @@ def test_imports_named_like_canary_locals_are_no_anchor(tmp_path: Path, seed: in
     status = _swebench.load().log_parsers.PARSER_REGISTRY["parse_log_pytest"](out, None)
     assert canary.verdict(planting.canaries, status) == [], out
     assert "UnboundLocalError" not in out
+
+
+def test_a_bare_name_two_files_report_alike_is_no_repeat() -> None:
+    """sympy's runner names tests without their file: sympy__sympy-22080 runs two files that both define
+    test_sqrt, and gold passed both. One outcome twice cannot change the verdict; two outcomes are flagged."""
+    sw = _swebench.load()
+    parse = sw.log_parsers.PARSER_REGISTRY["parse_log_sympy"]
+    alike = "test_sqrt ok\ntest_frac ok\ntest_sqrt ok\n"
+    assert canary.completeness(["test_sqrt", "test_frac"], parse(alike, None), sw.grading._resolve_case,
+                               canary.line_results(alike, lambda line: parse(line, None))) == []
+    forged = "test_sqrt F\ntest_frac ok\ntest_sqrt ok\n"
+    [finding] = canary.completeness(["test_sqrt", "test_frac"], parse(forged, None), sw.grading._resolve_case,
+                                    canary.line_results(forged, lambda line: parse(line, None)))
+    assert "test_sqrt (x2: FAILED/PASSED)" in finding.detail
