@@ -62,7 +62,7 @@ def load() -> Swebench:
 
 def _import() -> Swebench:
     try:
-        import swebench
+        swebench = _package()
     except ImportError as e:
         raise HarnessError(f"swebench is not installed ({e}); run `{INSTALL}` (or `make setup`)") from e
     version = _version()
@@ -80,6 +80,23 @@ def _import() -> Swebench:
     return Swebench(
         version, mods["grading"], mods["constants"], mods["log_parsers"], mods["infra_failure"], stypes
     )
+
+
+def _package() -> types.ModuleType:
+    """The installed ``swebench`` package, even when a plain module of that name comes first on sys.path
+    (``python bench/exploits.py`` puts bench/ first, and bench/swebench.py is a script, not the package)."""
+    import swebench
+
+    if hasattr(swebench, "__path__"):
+        return swebench
+    shadow = Path(swebench.__file__ or ".").resolve().parent
+    del sys.modules["swebench"]
+    saved = sys.path[:]
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != shadow]
+    try:
+        return importlib.import_module("swebench")
+    finally:
+        sys.path[:] = saved
 
 
 def _version() -> str:

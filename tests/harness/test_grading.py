@@ -129,3 +129,14 @@ def test_grading_imports_none_of_swebenchs_heavy_dependencies() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.startswith("[] ") and int(out.split()[1]) > 50, out  # (bench/, not tests, times imports)
+
+
+def test_a_script_named_swebench_first_on_sys_path_does_not_hide_the_package(tmp_path: Path) -> None:
+    """``python bench/exploits.py`` puts bench/ first on sys.path, and bench/swebench.py is a script there."""
+    (tmp_path / "swebench.py").write_text("print('a script, not the package')\n")
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from envfarm.harness import _swebench; "
+            "print(_swebench.load().grading.__name__)")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("swebench.harness.grading")
