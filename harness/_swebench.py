@@ -68,7 +68,7 @@ def _import() -> Swebench:
     version = _version()
     if version != SUPPORTED:
         log.warning("swebench %s is installed; envfarm is tested with %s (`%s`)", version, SUPPORTED, INSTALL)
-    _register_bare_package(Path(swebench.__file__).resolve().parent / "harness")
+    _register_bare_package(Path(swebench.__file__ or ".").resolve().parent / "harness")
     try:
         mods = {
             name: importlib.import_module(f"swebench.harness.{name}")
@@ -85,8 +85,7 @@ def _import() -> Swebench:
 def _package() -> types.ModuleType:
     """The installed ``swebench`` package, even when a plain module of that name comes first on sys.path
     (``python bench/exploits.py`` puts bench/ first, and bench/swebench.py is a script, not the package)."""
-    import swebench
-
+    swebench = importlib.import_module("swebench")
     if hasattr(swebench, "__path__"):
         return swebench
     shadow = Path(swebench.__file__ or ".").resolve().parent
