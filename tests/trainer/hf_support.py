@@ -40,15 +40,20 @@ def bpe_tokenizer(chat_template: str | None, corpus: Sequence[str] = CORPUS,
     return fast
 
 
-def tiny_qwen2(folder: Path, hidden_size: int = 32, heads: int = 2, layers: int = 2) -> Path:
-    """A random-init Qwen2 (one KV head, tied embeddings, 1024 positions) with a 600-token BPE tokenizer
-    trained on ToolCalc problems and calc tool calls, saved to ``folder``. vLLM's CPU attention needs
-    ``hidden_size / heads`` (the head size) of at least 32."""
+def toolcalc_corpus() -> list[str]:
+    """ToolCalc problems and their calc tool calls (Hermes style): the default tokenizer corpus."""
     rng = np.random.default_rng(0)
     problems = [make_problem(rng, level) for level in (1, 2, 3) for _ in range(40)]
-    corpus = [p.text for p in problems] + [f'<tool_call>\n{{"name": "calc", "arguments": {{"expr": '
-                                           f'"{p.expression}"}}}}\n</tool_call>' for p in problems]
-    tok = bpe_tokenizer(CHATML, corpus, vocab_size=600)
+    return [p.text for p in problems] + [f'<tool_call>\n{{"name": "calc", "arguments": {{"expr": '
+                                         f'"{p.expression}"}}}}\n</tool_call>' for p in problems]
+
+
+def tiny_qwen2(folder: Path, hidden_size: int = 32, heads: int = 2, layers: int = 2,
+               corpus: Sequence[str] | None = None) -> Path:
+    """A random-init Qwen2 (one KV head, tied embeddings, 1024 positions) with a 600-token BPE tokenizer
+    trained on ``corpus`` (default: ToolCalc problems and calc tool calls), saved to ``folder``. vLLM's CPU
+    attention needs ``hidden_size / heads`` (the head size) of at least 32."""
+    tok = bpe_tokenizer(CHATML, toolcalc_corpus() if corpus is None else corpus, vocab_size=600)
     cfg = transformers.Qwen2Config(vocab_size=len(tok), hidden_size=hidden_size,
                                    intermediate_size=2 * hidden_size, num_hidden_layers=layers,
                                    num_attention_heads=heads, num_key_value_heads=1,
