@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -12,11 +10,11 @@ from pathlib import Path
 
 import gymnasium
 import pytest
+from plugin_support import ECHO, install_plugins, plugin_package
 
 import envfarm.envs
 from envfarm.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[2]
 BUILTINS = {"envfarm/ToolCalc-v0", "envfarm/SqlQuery-v0", "envfarm/FileOps-v0", "envfarm/OrderDesk-v0"}
 
 
@@ -40,25 +38,10 @@ def test_conflicting_registration_is_refused() -> None:
 
 def _install(tmp: Path) -> dict[str, str]:
     """pip-install the example plugin and a broken one into a private folder; env for subprocesses."""
-    broken = tmp / "broken"
-    (broken / "broken_plugin").mkdir(parents=True)
-    (broken / "broken_plugin" / "__init__.py").write_text("def register():\n    raise RuntimeError('boom')\n")
-    (broken / "pyproject.toml").write_text(textwrap.dedent("""
-        [build-system]
-        requires = ["setuptools>=61"]
-        build-backend = "setuptools.build_meta"
-        [project]
-        name = "broken-plugin"
-        version = "0.0.1"
-        [project.entry-points."envfarm.envs"]
-        broken = "broken_plugin:register"
-    """))
-    echo = shutil.copytree(ROOT / "examples" / "envfarm-echo", tmp / "echo")  # builds leave files behind
-    target = tmp / "site"
-    for pkg in (echo, broken):
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                        "--target", str(target), str(pkg)], check=True, timeout=300)
-    return {**os.environ, "PYTHONPATH": str(target)}
+    source = "def register():\n    raise RuntimeError('boom')\n"
+    broken = plugin_package(tmp, "broken-plugin", "broken = broken_plugin:register",
+                            {"broken_plugin/__init__.py": source})
+    return install_plugins(tmp, ECHO, broken)
 
 
 @pytest.mark.bwrap

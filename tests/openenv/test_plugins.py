@@ -4,18 +4,11 @@ package, both played by OpenEnv's own client."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-import textwrap
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from openenv_support import CliServer, play_oracle
-
-ROOT = Path(__file__).resolve().parents[2]
+from plugin_support import ECHO, install_plugins, plugin_package
 
 PLAIN_GYM = '''
 """A plain Gymnasium text env (no envfarm base class): say the word back, reward 1."""
@@ -54,27 +47,9 @@ def register_envs():
 def plugin_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """pip-install examples/envfarm-echo and the plain Gymnasium plugin; env for the server subprocess."""
     tmp = tmp_path_factory.mktemp("plugins")
-    plain = tmp / "plain"
-    plain.mkdir()
-    (plain / "plain_word.py").write_text(PLAIN_GYM)
-    (plain / "pyproject.toml").write_text(textwrap.dedent("""
-        [build-system]
-        requires = ["setuptools>=61"]
-        build-backend = "setuptools.build_meta"
-        [project]
-        name = "plain-word"
-        version = "0.0.1"
-        [project.entry-points."envfarm.envs"]
-        plain = "plain_word:register_envs"
-        [tool.setuptools]
-        py-modules = ["plain_word"]
-    """))
-    echo = shutil.copytree(ROOT / "examples" / "envfarm-echo", tmp / "echo")
-    target = tmp / "site"
-    for pkg in (echo, plain):
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                        "--target", str(target), str(pkg)], check=True, timeout=300)
-    return {**os.environ, "PYTHONPATH": str(target)}
+    plain = plugin_package(tmp, "plain-word", "plain = plain_word:register_envs",
+                           {"plain_word.py": PLAIN_GYM})
+    return install_plugins(tmp, ECHO, plain)
 
 
 @pytest.fixture

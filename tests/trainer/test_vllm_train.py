@@ -16,16 +16,15 @@ their version's weights and far from the SFT weights'. When the run ends, no eng
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 from hf_support import tiny_qwen2
+from plugin_support import install_plugins, plugin_package
 from safetensors.torch import load_file
 
 from envfarm.rollout.trajectory import Trajectory, Turn
@@ -84,30 +83,10 @@ def register_envs():
     register("say/Say-v0", "say_word:SayEnv", description="Say the word asked for")
 '''
 
-PYPROJECT = """
-[build-system]
-requires = ["setuptools>=61"]
-build-backend = "setuptools.build_meta"
-[project]
-name = "say-word"
-version = "0.0.1"
-[project.entry-points."envfarm.envs"]
-say = "say_word:register_envs"
-[tool.setuptools]
-py-modules = ["say_word"]
-"""
-
-
 def _plugin_env(tmp: Path) -> dict[str, str]:
     """pip-install the say-word plugin into a private folder; the environment of the train subprocess."""
-    src = tmp / "say-word"
-    src.mkdir()
-    (src / "say_word.py").write_text(SAY_WORD)
-    (src / "pyproject.toml").write_text(textwrap.dedent(PYPROJECT))
-    site = tmp / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--target", str(site), str(src)], check=True, timeout=300)
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(site)}
+    say = plugin_package(tmp, "say-word", "say = say_word:register_envs", {"say_word.py": SAY_WORD})
+    return install_plugins(tmp, say, OMP_NUM_THREADS="1")
 
 
 def _served_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
