@@ -130,7 +130,10 @@ def test_train_with_the_vllm_engine(tmp_path: Path) -> None:
          "--env", "say/Say-v0", "--out", str(out), "--sft-steps", "60", "--sft-lr", "5e-3", "--sft-target",
          "0", "--sft-demos", "32", "--group-size", "8", "--prompts-per-update", "2", "--group-window", "8",
          "--lr", "1e-3", "--rl-updates", str(UPDATES), "--no-sft-more", "--eval-episodes", "8",
-         "--concurrency", "16", "--max-tokens", "40", "--threads", "1", "--quiet"],
+         "--concurrency", "16", "--max-tokens", "40", "--threads", "1", "--quiet",
+         # no turn too old to learn from: on a loaded machine groups arrive versions late, and dropping their
+         # turns as stale skipped the update (seen here); the steps through the engine are under test
+         "--max-staleness", str(UPDATES)],
         env=env, capture_output=True, text=True, timeout=1500)
     log = out / "engine" / "vllm.log"
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:] + (
