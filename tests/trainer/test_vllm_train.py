@@ -31,6 +31,7 @@ from envfarm.rollout.trajectory import Trajectory, Turn
 from envfarm.trainer.logprob_check import logprob_mismatch
 from envfarm.trainer.policy import load_policy
 from envfarm.trainer.samples import TokenSample
+from envfarm.trainer.vllm_front import checkpoint_state
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 UPDATES = 4
@@ -89,18 +90,13 @@ def _plugin_env(tmp: Path) -> dict[str, str]:
     return install_plugins(tmp, say, OMP_NUM_THREADS="1")
 
 
-def _served_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A learner checkpoint's tensors under the names vLLM reads (vllm_front.checkpoint_state)."""
-    return {name.removeprefix("model."): t for name, t in state.items()}
-
-
 def _check_served_weights(out: Path) -> None:
     """The weights vLLM reloaded last are the learner's after the last update, not the SFT weights."""
     folders = list((out / "engine" / "weights").iterdir())
     assert len(folders) == 1 and folders[0].name == f"v{UPDATES}"  # older published versions deleted
     served = load_file(folders[0] / "model.safetensors")
-    final = _served_names(load_file(out / "checkpoints" / f"rl-{UPDATES:06d}" / "model.safetensors"))
-    sft = _served_names(load_file(out / "checkpoints" / "sft" / "model.safetensors"))
+    final = checkpoint_state(load_file(out / "checkpoints" / f"rl-{UPDATES:06d}" / "model.safetensors"))
+    sft = checkpoint_state(load_file(out / "checkpoints" / "sft" / "model.safetensors"))
     assert set(served) == set(final) and all(torch.equal(served[name], t) for name, t in final.items())
     moved = max((served[name] - t).abs().max().item() for name, t in sft.items())
     assert moved > 1e-4, moved
