@@ -9,8 +9,9 @@ greedy and sampled on the same held-out seeds, in one asyncio process.
         evals/<arm>-<mode>.json  summary.json  reward_curve.png  timings.json
 
 1. demos: teacher episodes (``runs/demos``; teacher.py: oracle or noisy) and a few on validation seeds for
-   the held-out check (``runs/val-demos``); SFT until the check passes or ``sft_steps``; the result is
-   ``checkpoints/sft``, the ``sft`` arm.
+   the held-out check (``runs/val-demos``); SFT until the check passes or ``sft_steps`` (its lr drops once
+   the check shows the loss has left its plateau, ``sft_settle``); the result is ``checkpoints/sft``, the
+   ``sft`` arm.
 2. The rollout engine (engines.py: a :class:`PolicyServer` with its own copy of the policy, or with
    ``engine="vllm"`` a vLLM server) starts on loopback; the ``sft`` arm is evaluated on ``eval_episodes``
    seeds of the evaluation range, greedy (temperature 0) and sampled (``temperature``).
@@ -62,7 +63,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 SFT_CHECKPOINT_EVERY = 100
-SFT_WARMUP = 20
 
 
 @dataclass
@@ -203,10 +203,11 @@ class Training:
         return await asyncio.to_thread(sft_samples, completed_demos(demos), self.policy)
 
     async def _sft_step(self, samples: Sequence[TokenSample], step: int, phase: Phase) -> UpdateStats:
-        """SFT step ``step`` (0-based) of ``phase`` on its seeded batch, linear warm-up of the lr."""
+        """SFT step ``step`` (0-based) of ``phase`` on its seeded batch, linear warm-up of the lr, which drops
+        by ``sft_settle_lr`` once SFT has settled (``TrainConfig.sft_settle``)."""
         c = self.config
         assert self.leader is not None
-        lr = c.sft_lr * min(1.0, (step + 1) / SFT_WARMUP)
+        lr = c.sft_lr_at(step, settled=bool(self.loop_state.sft_settled))
         seed = c.seed if phase == "sft" else c.seed + 1
         batch = sft_batch(samples, c.sft_batch, seed, step)
         return await asyncio.to_thread(self.leader.update, batch, "sft", lr)
@@ -220,7 +221,11 @@ class Training:
                                                         c.val_seed))
         target = c.sft_target * c.greedy_ceiling
         self.progress.phase, self.progress.total = "sft", c.sft_steps
-        t0 = time.monotonic()
+        t0, base = time.monotonic(), self.loop_state.sft_seconds
+
+        def spent() -> float:  # SFT training time over all sessions
+            return round(base + time.monotonic() - t0, 3)
+
         for step in range(self.loop_state.sft_step, c.sft_steps):
             stats = await self._sft_step(samples, step, "sft")
             match = None
@@ -232,14 +237,19 @@ class Training:
                            grad_norm=stats.grad_norm, held_out_match=match)
             self.progress.step, self.progress.loss = step + 1, stats.loss
             self.loop_state = replace(self.loop_state, sft_step=step + 1)
+            if match is not None and not self.loop_state.sft_settled and c.settles(match):
+                log.info("SFT settles at step %d: held-out greedy match %.3f; lr x%g from here", step + 1,
+                         match, c.sft_settle_lr)
+                self.loop_state = replace(self.loop_state, sft_settled=step + 1)
             if match is not None and match >= target:
                 log.info("SFT stops at step %d: held-out greedy match %.3f >= %.3f", step + 1, match, target)
                 self.loop_state = replace(self.loop_state, sft_match=match)
                 break
             if (step + 1) % SFT_CHECKPOINT_EVERY == 0 and step + 1 < c.sft_steps:
+                self.loop_state = replace(self.loop_state, sft_seconds=spent())
                 await asyncio.to_thread(self._save, f"sft-{step + 1:06d}")
-        self._add_time("sft", time.monotonic() - t0)
-        self.loop_state = replace(self.loop_state, phase="rl")
+        self.loop_state = replace(self.loop_state, phase="rl", sft_seconds=spent())
+        self._set_time("sft", self.loop_state.sft_seconds)
         self.leader.reset_optimizer()  # RL and sft_more start with fresh AdamW moments
         await asyncio.to_thread(self._save, "sft")
         await asyncio.to_thread(prune, self.ckpt_dir, 0, "sft-")
@@ -271,13 +281,13 @@ class Training:
                 self.loop_state = state
                 await asyncio.to_thread(self._save, f"sft_more-{state.more_step:06d}")
                 t0, state = time.monotonic(), self.loop_state
-        self.timings["sft_more"] = state.more_seconds  # training time only, over all sessions
+        self._set_time("sft_more", state.more_seconds)  # training time only, over all sessions
         self.loop_state = replace(state, phase="eval")
         await asyncio.to_thread(self._save, "sft_more")
         await asyncio.to_thread(prune, self.ckpt_dir, 0, "sft_more-")
 
-    def _add_time(self, name: str, seconds: float) -> None:
-        self.timings[name] = round(self.timings.get(name, 0.0) + seconds, 2)
+    def _set_time(self, name: str, seconds: float) -> None:
+        self.timings[name] = round(seconds, 2)
         _write_json(self.out / "timings.json", self.timings)
 
     def _save(self, name: str, rl: RLState | None = None) -> None:
@@ -367,7 +377,8 @@ class Training:
             seeds=seeds, compute=Compute(s.seconds, s.sampled_tokens, s.updates, ls.more_seconds,
                                          ls.more_tokens, ls.more_step),
             phase_s=dict(self.timings), wall_s=round(sum(self.timings.values()), 1), sft_steps=ls.sft_step,
-            sft_held_out_match=ls.sft_match, final_version=s.version, dropped=dict(s.dropped),
+            sft_held_out_match=ls.sft_match, sft_settled=ls.sft_settled, final_version=s.version,
+            dropped=dict(s.dropped),
             load_avg_end=tuple(round(x, 2) for x in os.getloadavg()),
             device=str(self.policy.device if self.policy else "cpu"), torch_threads=torch.get_num_threads(),
             config=asdict(c))

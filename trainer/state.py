@@ -29,6 +29,11 @@ class LoopState:
     """SFT steps taken."""
     sft_match: float | None = None
     """Held-out greedy match at which SFT stopped (None: it ran all its steps)."""
+    sft_seconds: float = 0.0
+    """SFT's training time up to its newest checkpoint (all sessions; a killed session's steps after its last
+    checkpoint are redone and counted once)."""
+    sft_settled: int = 0
+    """SFT step after which the SFT learning rate dropped (``TrainConfig.sft_settle``; 0: not yet)."""
     more_step: int = 0
     """Steps of the sft_more arm taken."""
     more_seconds: float = 0.0

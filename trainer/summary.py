@@ -104,6 +104,8 @@ class TrainResult:
     load_avg_end: tuple[float, ...]
     device: str
     torch_threads: int
+    sft_settled: int = 0
+    """The SFT step after which its learning rate dropped (``TrainConfig.sft_settle``; 0: it never did)."""
     config: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod

@@ -143,6 +143,23 @@ def test_loop_state_of_an_older_checkpoint() -> None:
     assert loop == LoopState(phase="rl", sft_step=900, sft_match=0.5) and loop.more_step == 0
     assert rl.version == 4 and rl.sampled_tokens == 0
     assert LoopState.from_json(loop.to_json(rl)) == (loop, rl)
+    assert loop.sft_settled == 0  # a checkpoint from before the settle step: the lr never dropped
+    settled = replace(loop, sft_settled=1650)
+    assert LoopState.from_json(settled.to_json(rl))[0].sft_settled == 1650
+
+
+def test_sft_lr_warms_up_then_drops_once_settled() -> None:
+    c = TrainConfig(teacher="noisy", teacher_error=0.6, sft_lr=1e-3, sft_settle=0.1, sft_settle_lr=0.3)
+    assert not TrainConfig().settles(1.0)  # off by default
+    assert c.sft_lr_at(0, settled=False) == pytest.approx(1e-3 / 20)  # warm-up: 1/20 of the lr at step 0
+    assert c.sft_lr_at(19, settled=False) == c.sft_lr_at(5000, settled=False) == pytest.approx(1e-3)
+    assert c.sft_lr_at(5000, settled=True) == pytest.approx(3e-4)
+    # settled: 10% of the noisy teacher's greedy ceiling 0.6, i.e. a held-out match of 0.06 (4 of 64 demos)
+    assert not c.settles(3 / 64) and c.settles(4 / 64)
+    assert TrainConfig(sft_settle=0.1).settles(0.1) and not TrainConfig(sft_settle=0.1).settles(0.09)
+    assert not replace(c, sft_settle=0.0).settles(1.0)
+    with pytest.raises(ConfigError, match="sft_settle_lr"):
+        TrainConfig(sft_settle_lr=0.0)
 
 
 def test_repeats_spread() -> None:

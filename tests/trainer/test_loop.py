@@ -66,6 +66,9 @@ def test_train_kill_and_resume(tmp_path: Path) -> None:
     assert summary["seeds"]["eval"] == [3_000_000, 3_000_020] and summary["teacher"]["name"] == "oracle"
     compute = summary["compute"]
     assert compute["rl"]["updates"] == 3 and summary["final_version"] == 3
+    sft_state = json.loads((out / "checkpoints" / "sft" / "state.json").read_text())["loop"]
+    assert sft_state["sft_seconds"] > 0  # SFT's time is checkpointed with its weights
+    assert summary["phase_s"]["sft"] == pytest.approx(sft_state["sft_seconds"], abs=0.01)
     assert compute["sft_more"]["seconds"] >= compute["rl"]["seconds"]  # equal compute, at least
     assert compute["sft_more"]["tokens"] >= compute["rl"]["sampled_tokens"] > 0
     assert _rl_updates(out) == [1, 2, 3]  # resumed from the last checkpoint: each update logged once
