@@ -9,8 +9,8 @@ greedy and sampled on the same held-out seeds, in one asyncio process.
         evals/<arm>-<mode>.json  summary.json  reward_curve.png  timings.json
 
 1. demos: teacher episodes (``runs/demos``; teacher.py: oracle or noisy) and a few on validation seeds for
-   the held-out check (``runs/val-demos``); SFT until the check passes or ``sft_steps`` (its lr drops once
-   the check shows the loss has left its plateau, ``sft_settle``); the result is ``checkpoints/sft``, the
+   the held-out check (``runs/val-demos``); SFT until the check passes or ``sft_steps`` (with ``sft_settle``,
+   its lr drops once the check shows the loss has left its plateau); the result is ``checkpoints/sft``, the
    ``sft`` arm.
 2. The rollout engine (engines.py: a :class:`PolicyServer` with its own copy of the policy, or with
    ``engine="vllm"`` a vLLM server) starts on loopback; the ``sft`` arm is evaluated on ``eval_episodes``
