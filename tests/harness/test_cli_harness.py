@@ -169,7 +169,9 @@ def test_run_writes_swebench_reports(toy: tuple[Path, str, Path], tmp_path: Path
     assert tags["envfarm/sweb.eval.envfarm-tests__calc-gold"] == "instance"
     assert tags["envfarm/sweb.env.envfarm-tests__calc.0.1"] == "env"
     toy = [e for e in payload["environments"] if e["repo"] == "envfarm-tests/calc" and e["version"] == "0.1"]
-    assert len(toy) == 1 and toy[0]["env_images"] >= 1 and toy[0]["instance_images"] >= 3, toy
+    assert tags["envfarm/sweb.eval.envfarm-tests__calc-half"] == "instance"
+    # gold and half built their images here (an empty patch builds none); other tests may have added more
+    assert len(toy) == 1 and toy[0]["env_images"] >= 1 and toy[0]["instance_images"] >= 2, toy
     assert toy[0]["total_bytes"] == toy[0]["env_bytes"] + toy[0]["instance_bytes"] > 0
     table = CliRunner().invoke(app, ["images", "list"], env={"COLUMNS": "200"})
     assert table.exit_code == 0 and "disk per repo/version" in table.output
