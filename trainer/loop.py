@@ -249,7 +249,7 @@ class Training:
                 self.loop_state = replace(self.loop_state, sft_seconds=spent())
                 await asyncio.to_thread(self._save, f"sft-{step + 1:06d}")
         self.loop_state = replace(self.loop_state, phase="rl", sft_seconds=spent())
-        self._set_time("sft", self.loop_state.sft_seconds)
+        await self._set_time("sft", self.loop_state.sft_seconds)
         self.leader.reset_optimizer()  # RL and sft_more start with fresh AdamW moments
         await asyncio.to_thread(self._save, "sft")
         await asyncio.to_thread(prune, self.ckpt_dir, 0, "sft-")
@@ -281,14 +281,14 @@ class Training:
                 self.loop_state = state
                 await asyncio.to_thread(self._save, f"sft_more-{state.more_step:06d}")
                 t0, state = time.monotonic(), self.loop_state
-        self._set_time("sft_more", state.more_seconds)  # training time only, over all sessions
+        await self._set_time("sft_more", state.more_seconds)  # training time only, over all sessions
         self.loop_state = replace(state, phase="eval")
         await asyncio.to_thread(self._save, "sft_more")
         await asyncio.to_thread(prune, self.ckpt_dir, 0, "sft_more-")
 
-    def _set_time(self, name: str, seconds: float) -> None:
+    async def _set_time(self, name: str, seconds: float) -> None:
         self.timings[name] = round(seconds, 2)
-        _write_json(self.out / "timings.json", self.timings)
+        await asyncio.to_thread(_write_json, self.out / "timings.json", dict(self.timings))
 
     def _save(self, name: str, rl: RLState | None = None) -> None:
         assert self.learner is not None and self.policy is not None

@@ -97,8 +97,8 @@ class TrainConfig:
     """Most SFT optimizer steps (0: no warm start); ``sft_target`` usually stops it earlier. Tuned on
     validation seeds: the noisy teacher's loss sits on a plateau (~0.15) for the first ~6,600 demonstrations
     (~1,650 steps of 4; batch 2 had not left it after 3,000 steps), then drops; 1500 stopped it with greedy
-    match 0.02 and sampled reward 0.00, leaving RL no signal. 3000 bounds a slow seed's warm start to ~11
-    minutes of the run's 25."""
+    match 0.02 and sampled reward 0.00, leaving RL no signal. 3000 bounds a slow seed's warm start to ~9
+    minutes of the run's 25 (~0.17 s per step with the held-out checks)."""
     sft_batch: int = 4
     """Episodes per SFT step. The plateau is left after about as many steps with 4 as with 8 (validation
     seeds), at half the cost per step."""
@@ -121,7 +121,9 @@ class TrainConfig:
     the steep part of the curve: at 0.5 (batch 8) the noisy teacher's SFT stopped 250 steps after the plateau
     with sampled reward 0.06 and sft_more gained most at T=1. With batch 4 the held-out match climbs from 0
     to ~0.3 of 0.6 within ~500 steps of the plateau's end, then creeps (0.36-0.45 for the next ~1,000 steps):
-    0.6 stops on the flat part, 0.8 (0.48) took 3,350 steps or more (validation seeds). See sft.py."""
+    0.6 stops near the bend (seed 0: step 2,400), 0.8 (0.48) took 3,350 steps or more (validation seeds).
+    A seed that leaves the plateau later can still be climbing at 0.6 (test run 1: match 0.39 at step 2,650,
+    and sft_more gained most at T=1). See sft.py."""
     sft_check_every: int = 50
     """SFT steps between two held-out checks (each a greedy decode of ``sft_held_out`` demos, ~1.4 s)."""
     sft_held_out: int = 64
@@ -222,7 +224,8 @@ class TrainConfig:
         if self.lr <= 0 or self.sft_lr <= 0:
             bad.append(f"lr={self.lr}, sft_lr={self.sft_lr}")
         if not 0 <= self.sft_settle <= 1 or not 0 < self.sft_settle_lr <= 1:
-            bad.append(f"sft_settle={self.sft_settle} (0..1), sft_settle_lr={self.sft_settle_lr} (0 < x<=1)")
+            bad.append(f"sft_settle={self.sft_settle} (0..1), "
+                       f"sft_settle_lr={self.sft_settle_lr} (above 0, at most 1)")
         if self.minutes is not None and self.minutes <= 0:
             bad.append(f"minutes={self.minutes}")
         if bad:
