@@ -4,11 +4,13 @@ resolved unpatched, with the reason of every row that does not validate (from `e
     python bench/swebench.py --validate /tmp/val                      # every */validate.json under it
     python bench/swebench.py --validate /tmp/val --docs docs/swebench --out bench/results/swebench.json
 
-Reads every ``validate.json`` given (files, or folders searched recursively); a row validated by several runs
-takes the newest file's result. Each dataset's rows are counted per repository and per (repo, version), with
+Starts from the committed record of every row validated so far (``docs/swebench/results.jsonl``, one row of a
+``validate.json`` per line with its run id: report folders do not outlive a machine, this file does), then
+reads every ``validate.json`` given (files, or folders searched recursively); a row validated by several runs
+takes the newest result. Each dataset's rows are counted per repository and per (repo, version), with
 django, matplotlib and scikit-learn marked not mirrorable here (their histories exceed what a mirror can hold
-on this machine). Prints and writes JSON (``--out``); ``--docs DIR`` writes ``lite.md``, ``verified.md`` and
-``validated.md`` (every row run, both sets) there.
+on this machine). Prints and writes JSON (``--out``); ``--docs DIR`` writes ``lite.md``, ``verified.md``,
+``validated.md`` (every row run, both sets) and the merged record (``results.jsonl``) there.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ DATASETS = {
     "lite": ("SWE-bench Lite", DATA / "swe-bench-lite" / "test.parquet"),
     "verified": ("SWE-bench Verified", DATA / "swe-bench-verified" / "test.parquet"),
 }
+HISTORY = ROOT / "docs" / "swebench" / "results.jsonl"
+"""Every row validated so far, committed (``--docs`` rewrites it; ``--history`` names another)."""
 NOT_MIRRORABLE = ("django/django", "matplotlib/matplotlib", "scikit-learn/scikit-learn")
 """Repositories whose histories (637-873 MB) exceed what a mirror can hold here (docs: DESIGN.md)."""
 
@@ -62,13 +66,20 @@ def validate_files(paths: Iterable[Path]) -> list[Path]:
     """``validate.json`` files named or found under folders, oldest first (the newest wins per row)."""
     found: set[Path] = set()
     for path in paths:
+        if not path.exists():
+            raise SystemExit(f"error: --validate {path}: no such file or folder")
         found.update(path.rglob("validate.json") if path.is_dir() else [path])
     return sorted(found, key=lambda p: p.stat().st_mtime)
 
 
-def results(files: Sequence[Path]) -> dict[str, dict[str, object]]:
-    """instance id -> its row of the newest validate.json naming it (plus the run id)."""
+def results(files: Sequence[Path], history: Path | None = None) -> dict[str, dict[str, object]]:
+    """instance id -> its row of the newest validate.json naming it (plus the run id), over ``history``."""
     out: dict[str, dict[str, object]] = {}
+    if history is not None and history.is_file():
+        for line in history.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                row = json.loads(line)
+                out[row["instance_id"]] = row
     for path in files:
         data = json.loads(path.read_text(encoding="utf-8"))
         for row in data["rows"]:
@@ -186,14 +197,25 @@ def rows_markdown(found: dict[str, dict[str, object]], membership: dict[str, lis
     return "\n".join(lines) + "\n"
 
 
+def history_lines(found: dict[str, dict[str, object]]) -> str:
+    """results.jsonl: one row per instance, sorted (stable diffs when runs add rows)."""
+    return "".join(json.dumps(found[iid], sort_keys=True) + "\n" for iid in sorted(found))
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, object]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--validate",
         type=Path,
-        nargs="+",
-        default=[ROOT / "reports"],
-        help="validate.json files or folders holding them",
+        nargs="*",
+        default=[],
+        help="validate.json files or folders holding them (none: the docs from the history alone)",
+    )
+    parser.add_argument(
+        "--history",
+        type=Path,
+        default=HISTORY,
+        help="the record to start from (default: docs/swebench/results.jsonl; a missing file: none)",
     )
     parser.add_argument("--out", type=Path, default=None, help="write the JSON here")
     parser.add_argument(
@@ -201,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
     )
     args = parser.parse_args(argv)
     files = validate_files(args.validate)
-    found = results(files)
+    found = results(files, args.history)
     sources = sorted({str(r["run_id"]) for r in found.values()})
     summary: dict[str, object] = {"validate_files": [str(f) for f in files], "runs": sources}
     membership: dict[str, list[str]] = {}
@@ -216,6 +238,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
     if args.docs:
         table = rows_markdown(found, membership)
         (args.docs / "validated.md").write_text(table, encoding="utf-8")
+        (args.docs / "results.jsonl").write_text(history_lines(found), encoding="utf-8")
     text = json.dumps(summary, indent=2)
     print(text)
     if args.out:

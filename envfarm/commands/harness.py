@@ -26,7 +26,9 @@ app = typer.Typer(
     help="SWE-bench-compatible evaluation: instances + predictions in, reports out.",
     no_args_is_help=True,
 )
-images_app = typer.Typer(help="Harness images (env and instance layers): list, prune.", no_args_is_help=True)
+images_app = typer.Typer(
+    help="Harness images (env and instance layers): build, list, prune.", no_args_is_help=True
+)
 app.add_typer(images_app, name="images")
 console = Console()
 err = Console(stderr=True)
@@ -363,6 +365,66 @@ def _repo_table(plans: list[Plan]) -> Table:
         )
     table.caption = "*the Python asked for, which no Debian suite ships: the nearest suite's is planned"
     return table
+
+
+@images_app.command("build", context_settings={"allow_extra_args": True})
+def images_build(
+    ctx: typer.Context,
+    instances: InstancesOpt,
+    instance_ids: IdsOpt = None,
+    specs: SpecsOpt = None,
+    split: SplitOpt = "test",
+    max_workers: Annotated[int, typer.Option("--max-workers", min=1, help="Docker builds at once.")] = 2,
+    force: Annotated[
+        bool, typer.Option("--force", help="Rebuild without docker's layer cache (wheels stay cached).")
+    ] = False,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Also write every build's outcome here (JSON).")
+    ] = None,
+) -> None:
+    """Build the env image of every repo/version the rows need (one each; instance layers are built by
+    run/validate). Failures are listed with their error and the others go on; exit code 1 if any failed."""
+    import dataclasses
+    import json
+
+    from envfarm.harness import SpecCatalog, load_instances
+    from envfarm.harness.env_builds import EnvBuild, build_envs, plan_envs
+
+    rows = load_instances(instances, _ids(instance_ids, ctx.args), split=split)
+    targets, unplanned = plan_envs(rows, SpecCatalog(specs or ()))
+    with _progress() as bar:
+        task = bar.add_task("env images", total=len(targets))
+
+        def on_build(b: EnvBuild) -> None:
+            bar.advance(task)
+            state = "failed" if b.error else "built" if b.built else "cached"
+            bar.update(task, description=f"{b.repo} {b.version} {state}")
+            if not err.is_terminal:
+                err.print(f"{b.repo} {b.version}: {state} in {b.seconds:.0f}s", highlight=False)
+
+        outcome = asyncio.run(build_envs(targets, unplanned, max_workers=max_workers, force=force,
+                                         progress=on_build))  # fmt: skip
+    table = Table("repo", "version", "python", "suite", "rows", "state", "s", "image or error")
+    for b in outcome.builds:
+        state = "[red]failed[/red]" if b.error else "built" if b.built else "cached"
+        shown = escape(b.error.splitlines()[0][:120]) if b.error else escape(b.tag)
+        table.add_row(b.repo, b.version, b.python, b.suite, str(b.rows), state, f"{b.seconds:.0f}", shown)
+    for u in outcome.unplanned:
+        table.add_row(u.repo, u.version, "-", "-", str(len(u.instance_ids)), f"[yellow]{u.reason}[/yellow]",
+                      "-", escape(u.detail.splitlines()[0][:120]))  # fmt: skip
+    console.print(table)
+    built, failed = sum(b.built for b in outcome.builds), len(outcome.failed)
+    console.print(
+        f"{len(outcome.builds)} env images: {built} built, {len(outcome.builds) - built - failed} cached, "
+        f"{failed} failed; {len(outcome.unplanned)} repo/versions not buildable; "
+        f"{outcome.seconds:.0f}s",
+        highlight=False,
+    )
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(dataclasses.asdict(outcome), indent=2) + "\n", encoding="utf-8")
+    if outcome.failed:
+        raise typer.Exit(1)
 
 
 @images_app.command("list")
