@@ -202,6 +202,68 @@ def history_lines(found: dict[str, dict[str, object]]) -> str:
     return "".join(json.dumps(found[iid], sort_keys=True) + "\n" for iid in sorted(found))
 
 
+def env_builds(labelled: Sequence[str]) -> dict[str, object]:
+    """``LABEL=FILE`` pairs of ``envfarm harness images build --json`` outputs (cold, warm, ...): per label
+    and repository the images, how many were built (not found), their build seconds (sum, max), failures."""
+    out: dict[str, object] = {}
+    for item in labelled:
+        label, _, name = item.partition("=")
+        if not name:
+            raise SystemExit(f"error: --builds {item!r}: write LABEL=FILE (cold=/tmp/cold.json)")
+        data = json.loads(Path(name).read_text(encoding="utf-8"))
+        repos: dict[str, dict[str, float]] = {}
+        for b in data["builds"]:
+            zero = {"images": 0, "built": 0, "failed": 0, "seconds": 0.0, "max_s": 0.0}
+            r = repos.setdefault(b["repo"], zero)
+            r["images"] += 1
+            r["built"] += bool(b["built"])
+            r["failed"] += bool(b["error"])
+            r["seconds"] = round(r["seconds"] + b["seconds"], 1)
+            r["max_s"] = round(max(r["max_s"], b["seconds"]), 1)
+        out[label] = {
+            "wall_s": round(data["seconds"], 1),
+            "images": len(data["builds"]),
+            "built": sum(bool(b["built"]) for b in data["builds"]),
+            "failed": [
+                f"{b['repo']} {b['version']}: {b['error'][:200]}" for b in data["builds"] if b["error"]
+            ],
+            "unplanned": [f"{u['repo']} {u['version']}: {u['reason']}" for u in data["unplanned"]],
+            "per_repo": dict(sorted(repos.items())),
+        }
+    return out
+
+
+def disk() -> dict[str, object]:
+    """Bytes of the harness images per (repo, version) (env image + its instance layers) and in total."""
+    from envfarm.harness.disk import by_env, list_images
+
+    envs = by_env(list_images())
+    per = {
+        f"{e.repo} {e.version}": {
+            "env_bytes": e.env_bytes,
+            "instance_images": e.instance_images,
+            "instance_bytes": e.instance_bytes,
+        }
+        for e in envs
+    }
+    return {"per_version": per, "total_bytes": sum(e.total_bytes for e in envs)}
+
+
+def run_overhead(args: argparse.Namespace) -> dict[str, object]:
+    import asyncio
+    import tempfile
+
+    from swebench_overhead import overhead
+
+    from envfarm.harness import load_instances
+
+    if args.instances is None or args.repo_source is None:
+        raise SystemExit("error: --overhead needs --instances F and --repo-source DIR")
+    insts = load_instances(args.instances, args.overhead)
+    with tempfile.TemporaryDirectory(prefix="bench-swebench-") as tmp:
+        return asyncio.run(overhead(insts, args.repo_source, Path(tmp), turns=args.turns))
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, object]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -221,6 +283,24 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
     parser.add_argument(
         "--docs", type=Path, default=None, help="write lite.md, verified.md, validated.md here"
     )
+    parser.add_argument(
+        "--builds",
+        nargs="*",
+        default=[],
+        metavar="LABEL=FILE",
+        help="`harness images build --json` outputs to summarise (cold=F warm=F)",
+    )
+    parser.add_argument("--disk", action="store_true", help="disk of the harness images per repo/version")
+    parser.add_argument(
+        "--overhead",
+        nargs="*",
+        default=[],
+        metavar="ID",
+        help="rows to time: the harness, then the same tests in a plain container",
+    )
+    parser.add_argument("--instances", type=Path, default=None, help="rows file for --overhead")
+    parser.add_argument("--repo-source", type=Path, default=None, help="mirrors folder for --overhead")
+    parser.add_argument("--turns", type=int, default=3, help="alternating timed turns per --overhead row")
     args = parser.parse_args(argv)
     files = validate_files(args.validate)
     found = results(files, args.history)
@@ -239,6 +319,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
         table = rows_markdown(found, membership)
         (args.docs / "validated.md").write_text(table, encoding="utf-8")
         (args.docs / "results.jsonl").write_text(history_lines(found), encoding="utf-8")
+    if args.builds:
+        summary["env_builds"] = env_builds(args.builds)
+    if args.disk:
+        summary["disk"] = disk()
+    if args.overhead:
+        summary["overhead"] = run_overhead(args)
     text = json.dumps(summary, indent=2)
     print(text)
     if args.out:
