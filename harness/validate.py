@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .config import HarnessConfig
-from .evaluate import ProgressFn, evaluate
+from .evaluate import Event, ProgressFn, evaluate
 from .grading import ErrorKind, InstanceReport
 from .instances import Instance, Prediction, load_predictions
 from .report import RunFolder
@@ -108,10 +108,41 @@ async def validate(
     config: HarnessConfig,
     repeat: int = 1,
     progress: ProgressFn | None = None,
+    chunk: int | None = None,
 ) -> Validation:
-    """Run gold ``repeat`` times and the unpatched base once per row; write validate.json and validate.md."""
+    """Run gold ``repeat`` times and the unpatched base once per row; write validate.json and validate.md.
+
+    ``chunk``: rows are taken ``chunk`` at a time (all at once by default), and validate.json is rewritten
+    after each chunk with every row so far, so a long run records its finished rows as it goes (an
+    interrupted one resumes from its reports either way)."""
     if repeat < 1:
         raise ValueError(f"repeat must be at least 1, got {repeat}")
+    size = max(1, chunk or len(instances))
+    seen: set[str] = set()
+    for end in range(size, len(instances) + size, size) or (0,):
+        part = instances[:end]  # cumulative: rows of earlier chunks resume from their reports
+        new = {i.instance_id for i in part} - seen
+        result = await _validate_part(part, config, repeat, _only(progress, new))
+        seen |= new
+    return result
+
+
+def _only(progress: ProgressFn | None, ids: set[str]) -> ProgressFn | None:
+    """``progress`` for the events of ``ids`` alone (rows of earlier chunks resume silently)."""
+    if progress is None:
+        return None
+    report = progress
+
+    def forward(event: Event) -> None:
+        if event.instance_id in ids:
+            report(event)
+
+    return forward
+
+
+async def _validate_part(
+    instances: Sequence[Instance], config: HarnessConfig, repeat: int, progress: ProgressFn | None
+) -> Validation:
     gold_runs = []
     for k in range(1, repeat + 1):
         cfg = config.model_copy(update={"run_id": f"{config.run_id}-gold{k}"})

@@ -147,6 +147,15 @@ def validate_cmd(
     timeout: TimeoutOpt = TIMEOUTS.tests_s,
     specs: SpecsOpt = None,
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Gold runs per row (flake rate).")] = 1,
+    chunk: Annotated[
+        int | None,
+        typer.Option(
+            "--chunk",
+            min=1,
+            help="Rows taken at a time (gold, then the unfixed code); validate.json is rewritten after each "
+            "chunk with every row so far. Default: twice --max-workers.",
+        ),
+    ] = None,
     split: SplitOpt = "test",
     image_source: ImageSourceOpt = "build",
     registry: RegistryOpt = None,
@@ -169,7 +178,8 @@ def validate_cmd(
         def on_event(event: object) -> None:
             _advance(bar, task, event, counts)
 
-        result = asyncio.run(validate(rows, config, repeat=repeat, progress=on_event))
+        size = chunk or 2 * max_workers
+        result = asyncio.run(validate(rows, config, repeat=repeat, progress=on_event, chunk=size))
     table = Table("instance", "gold", "empty", "s", "reason")
     for r in result.rows:
         table.add_row(r.instance_id, "/".join(r.gold), r.empty, f"{r.seconds:.1f}", r.reason or "validated")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from toyrepo import KEY, PATCHES, row
 from typer.testing import CliRunner
 
 from envfarm.cli import app
-from envfarm.harness import HarnessConfig, Instance, ResolutionStatus, grade
+from envfarm.harness import Event, HarnessConfig, Instance, ResolutionStatus, grade
 from envfarm.harness.instances import instance_from_row
 from envfarm.harness.validate import REASONS, Validation, judge, validate
 
@@ -62,6 +63,35 @@ def test_files_and_resume(validation: Validation, toy: tuple[Path, str, Path]) -
     again = asyncio.run(validate(rows(base)[:1], cfg, repeat=2, progress=events.append))
     assert {getattr(e, "phase", None) for e in events} == {"skipped"}, "every part resumes"
     assert again.rows[0].validated
+
+
+def test_chunks_record_each_row_as_it_finishes(
+    validation: Validation, toy: tuple[Path, str, Path], tmp_path: Path
+) -> None:
+    """chunk=1: validate.json holds every earlier row when a row reports, and each row reports once per
+    run (rows of earlier chunks resume silently)."""
+    source, base, specs = toy
+    shutil.copytree(validation.json_path.parents[1], tmp_path / "r")
+    written = tmp_path / "r" / "v1" / "validate.json"
+    written.unlink()
+    cfg = HarnessConfig(run_id="v1", report_dir=tmp_path / "r", repo_source=source, specs=(specs,),
+                        max_workers=3, timeout_s=60)  # fmt: skip
+    seen: list[tuple[str, tuple[str, ...]]] = []
+
+    def on_event(event: Event) -> None:
+        if event.phase not in ("done", "skipped"):  # the ghost row's error reruns: build, retry, done
+            return
+        done = json.loads(written.read_text())["rows"] if written.exists() else []
+        seen.append((event.instance_id, tuple(r["instance_id"] for r in done)))
+
+    result = asyncio.run(validate(rows(base), cfg, repeat=2, progress=on_event, chunk=1))
+    ids = [r.instance_id for r in rows(base)]
+    assert [iid for iid, _ in seen] == [iid for iid in ids for _ in range(3)], "gold twice, then the base"
+    assert all(before == tuple(ids[: ids.index(iid)]) for iid, before in seen)
+    def verdicts(v: Validation) -> list[tuple[object, ...]]:
+        return [(r.instance_id, r.gold, r.empty, r.reason) for r in v.rows]
+
+    assert verdicts(result) == verdicts(validation)
 
 
 def test_a_baseline_log_is_graded_not_counted_empty(toy_instance: Instance) -> None:
