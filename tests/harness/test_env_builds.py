@@ -44,6 +44,19 @@ def test_plan_envs_groups_rows_by_repo_version(tmp_path: Path) -> None:
     ]
 
 
+def test_a_python_no_suite_ships_is_reported_not_skipped(lite_parquet: Path) -> None:
+    rows = load_instances(lite_parquet, ["astropy__astropy-6938", "astropy__astropy-12907"])
+    targets, unplanned = plan_envs(rows, SpecCatalog())
+    assert [(t.env.repo, t.env.version) for t in targets] == [("astropy/astropy", "4.3")]
+    (missing,) = unplanned
+    assert (missing.version, missing.reason, missing.instance_ids) == (
+        "1.3",
+        "python-unavailable",
+        ("astropy__astropy-6938",),
+    )
+    assert "Python 3.6" in missing.detail
+
+
 @pytest.mark.docker
 def test_build_reports_each_env_once_and_goes_on_after_a_failure(tmp_path: Path) -> None:
     rows = _rows(tmp_path)
