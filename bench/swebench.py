@@ -264,6 +264,14 @@ def run_overhead(args: argparse.Namespace) -> dict[str, object]:
         return asyncio.run(overhead(insts, args.repo_source, Path(tmp), turns=args.turns))
 
 
+def run_coderepair(args: argparse.Namespace) -> dict[str, object]:
+    from swebench_coderepair import coderepair
+
+    if args.instances is None or args.repo_source is None:
+        raise SystemExit("error: --coderepair needs --instances F and --repo-source DIR")
+    return coderepair(args.coderepair, args.instances, args.repo_source)
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, object]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -298,8 +306,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
         metavar="ID",
         help="rows to time: the harness, then the same tests in a plain container",
     )
-    parser.add_argument("--instances", type=Path, default=None, help="rows file for --overhead")
-    parser.add_argument("--repo-source", type=Path, default=None, help="mirrors folder for --overhead")
+    parser.add_argument(
+        "--coderepair",
+        nargs="*",
+        default=[],
+        metavar="ID",
+        help="rows to play in CodeRepair-v0: the gold patch must earn 1.0, the untouched code 0.0",
+    )
+    parser.add_argument("--instances", type=Path, default=None, help="rows file (--overhead, --coderepair)")
+    parser.add_argument("--repo-source", type=Path, default=None, help="mirrors (--overhead, --coderepair)")
     parser.add_argument("--turns", type=int, default=3, help="alternating timed turns per --overhead row")
     args = parser.parse_args(argv)
     files = validate_files(args.validate)
@@ -325,6 +340,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
         summary["disk"] = disk()
     if args.overhead:
         summary["overhead"] = run_overhead(args)
+    if args.coderepair:
+        summary["coderepair"] = run_coderepair(args)
     text = json.dumps(summary, indent=2)
     print(text)
     if args.out:
