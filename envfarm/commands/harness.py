@@ -153,7 +153,7 @@ def validate_cmd(
             "--chunk",
             min=1,
             help="Rows taken at a time (gold, then the unfixed code); validate.json is rewritten after each "
-            "chunk with every row so far. Default: twice --max-workers.",
+            "chunk with every row so far; a chunk ends with its slowest row. Default: 8 x --max-workers.",
         ),
     ] = None,
     split: SplitOpt = "test",
@@ -178,7 +178,7 @@ def validate_cmd(
         def on_event(event: object) -> None:
             _advance(bar, task, event, counts)
 
-        size = chunk or 2 * max_workers
+        size = chunk or 8 * max_workers
         result = asyncio.run(validate(rows, config, repeat=repeat, progress=on_event, chunk=size))
     table = Table("instance", "gold", "empty", "s", "reason")
     for r in result.rows:
