@@ -17,8 +17,9 @@ greedy and sampled on the same held-out seeds, in one asyncio process.
    seeds of the evaluation range, greedy (temperature 0) and sampled (``temperature``).
 3. RL (rl.py): farm -> HTTP -> server, farm -> NDJSON -> learner inbox, learner -> POST /weights -> server;
    the result, the ``rl`` arm, is evaluated the same way.
-4. ``sft_more``: the SFT checkpoint, trained on fresh teacher demos (``runs/more-demos``) until it has spent
-   RL's wall time and trained on as many completion tokens as RL sampled; evaluated the same way.
+4. ``sft_more``: SFT continued from its checkpoint (its AdamW moments and learning-rate schedule, as if it
+   had not stopped) on fresh teacher demos (``runs/more-demos``) until it has spent RL's wall time and
+   trained on as many completion tokens as RL sampled; evaluated the same way.
 5. ``summary.json`` (summary.py): every arm and mode, RL minus each baseline by paired bootstrap, the seed
    ranges, the teacher, the compute of RL and sft_more, the wall time per phase; ``reward_curve.png``.
 
@@ -162,6 +163,8 @@ class Training:
         found = latest_checkpoint(self.ckpt_dir) if resume else None
         if found is not None:
             self.loop_state, self.rl_state = LoopState.from_json(load_checkpoint(found, self.learner))
+            if found.name == "sft":  # SFT's moments are sft_more's; RL starts afresh
+                self.learner.reset_optimizer()
             self.policy.version = self.rl_state.version
             log.info("resumed from %s (phase %s, version %d)", found, self.loop_state.phase,
                      self.rl_state.version)
@@ -207,7 +210,8 @@ class Training:
         by ``sft_settle_lr`` once SFT has settled (``TrainConfig.sft_settle``)."""
         c = self.config
         assert self.leader is not None
-        lr = c.sft_lr_at(step, settled=bool(self.loop_state.sft_settled))
+        offset = 0 if phase == "sft" else self.loop_state.sft_step  # sft_more goes on where SFT stopped
+        lr = c.sft_lr_at(offset + step, settled=bool(self.loop_state.sft_settled))
         seed = c.seed if phase == "sft" else c.seed + 1
         batch = sft_batch(samples, c.sft_batch, seed, step)
         return await asyncio.to_thread(self.leader.update, batch, "sft", lr)
@@ -250,9 +254,9 @@ class Training:
                 await asyncio.to_thread(self._save, f"sft-{step + 1:06d}")
         self.loop_state = replace(self.loop_state, phase="rl", sft_seconds=spent())
         await self._set_time("sft", self.loop_state.sft_seconds)
-        self.leader.reset_optimizer()  # RL and sft_more start with fresh AdamW moments
-        await asyncio.to_thread(self._save, "sft")
+        await asyncio.to_thread(self._save, "sft")  # with SFT's AdamW moments: sft_more continues them
         await asyncio.to_thread(prune, self.ckpt_dir, 0, "sft-")
+        self.leader.reset_optimizer()  # RL starts with fresh moments
 
     async def _sft_more(self) -> None:
         """The sft_more arm: the SFT checkpoint trained on fresh teacher demos with RL's compute (wall time
@@ -260,7 +264,7 @@ class Training:
         c, learner, metrics = self.config, self.learner, self.metrics
         assert learner is not None and metrics is not None and self.leader is not None
         if self.loop_state.more_step == 0:  # the learner holds RL's weights: back to the SFT checkpoint
-            await asyncio.to_thread(load_checkpoint, self.ckpt_dir / "sft", learner, False)
+            await asyncio.to_thread(load_checkpoint, self.ckpt_dir / "sft", learner, False)  # and its moments
             self.leader.sync()
         self.progress.phase = "demos (sft_more)"
         more = c.seed_ranges().more_demos.start

@@ -185,8 +185,9 @@ class TrainConfig:
     """RL updates between checkpoints (SFT: every 100 steps)."""
     # -- the sft_more arm
     sft_more: bool = True
-    """Train and evaluate the sft_more arm: the SFT checkpoint trained on fresh teacher demos until it has
-    spent RL's wall time and trained on as many completion tokens as RL sampled (equal compute)."""
+    """Train and evaluate the sft_more arm: SFT continued from its checkpoint (AdamW moments and learning
+    rate as if it had not stopped) on fresh teacher demos until it has spent RL's wall time and trained on
+    as many completion tokens as RL sampled (equal compute)."""
     sft_more_demos: int = 2000
     """Fresh teacher demonstrations for the sft_more arm (from their own seed range)."""
     # -- evaluation

@@ -12,6 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file
+
+from envfarm.trainer.loop import Training
+from envfarm.trainer.train_config import TrainConfig
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
@@ -81,6 +85,11 @@ def test_train_kill_and_resume(tmp_path: Path) -> None:
     assert [r["phase"] for r in records if r["kind"] == "eval"] == evals
     more = [r["step"] for r in records if r["kind"] == "update" and r["phase"] == "sft_more"]
     assert more == list(range(1, compute["sft_more"]["steps"] + 1))
+    updates = [r for r in records if r["kind"] == "update"]
+    lrs = {p: [r["lr"] for r in updates if r["phase"] == p] for p in ("sft", "sft_more")}
+    # sft_more goes on with SFT's schedule: step 4 of the 20-step warm-up, not step 1 again
+    assert lrs["sft_more"][0] == pytest.approx(lrs["sft"][-1] * 4 / 3)
+    assert load_file(out / "checkpoints" / "sft" / "optimizer.safetensors"), "SFT's AdamW moments are kept"
     assert (out / "reward_curve.png").stat().st_size > 1000
     assert any((out / "tensorboard").iterdir())
     latest = (out / "checkpoints" / "latest").read_text().strip()
@@ -95,6 +104,18 @@ def test_train_kill_and_resume(tmp_path: Path) -> None:
     assert json.loads((out / "config.json").read_text())["env_kwargs"] == {"tool_help": False}
     ids = [json.loads(x)["episode_id"] for x in (out / "ingest.jsonl").read_text().splitlines()]
     assert len(ids) == len(set(ids))  # the farm re-sent after the kill; the inbox stored each episode once
+
+    # a run killed between SFT and its first RL checkpoint resumes from `sft`: RL gets fresh moments
+    (out / "checkpoints" / "latest").write_text("sft")
+    loop = Training(TrainConfig.load(out), out)
+    loop._setup(resume=True)
+    try:
+        assert loop.loop_state.phase == "rl" and loop.learner is not None
+        assert not loop.learner.optimizer.state
+    finally:
+        loop._close_ranks()
+        assert loop.metrics is not None
+        loop.metrics.close()
 
 
 def test_bad_options_exit_2(tmp_path: Path) -> None:
