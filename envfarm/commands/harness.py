@@ -18,6 +18,7 @@ from envfarm.sandbox.values import TIMEOUTS
 
 if TYPE_CHECKING:
     from envfarm.harness import Instance, Plan, RunReport
+    from envfarm.harness.env_builds import EnvBuildOutcome
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -414,6 +415,16 @@ def images_build(
 
         outcome = asyncio.run(build_envs(targets, unplanned, max_workers=max_workers, force=force,
                                          progress=on_build))  # fmt: skip
+    _print_builds(outcome)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(dataclasses.asdict(outcome), indent=2) + "\n", encoding="utf-8")
+    if outcome.failed:
+        raise typer.Exit(1)
+
+
+def _print_builds(outcome: EnvBuildOutcome) -> None:
+    """One line per env image (built, cached or failed) and per repo/version that cannot build."""
     table = Table("repo", "version", "python", "suite", "rows", "state", "s", "image or error")
     for b in outcome.builds:
         state = "[red]failed[/red]" if b.error else "built" if b.built else "cached"
@@ -430,11 +441,6 @@ def images_build(
         f"{outcome.seconds:.0f}s",
         highlight=False,
     )
-    if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(dataclasses.asdict(outcome), indent=2) + "\n", encoding="utf-8")
-    if outcome.failed:
-        raise typer.Exit(1)
 
 
 @images_app.command("list")
