@@ -249,6 +249,11 @@ def disk() -> dict[str, object]:
     return {"per_version": per, "total_bytes": sum(e.total_bytes for e in envs)}
 
 
+def _need_rows(args: argparse.Namespace, flag: str) -> None:
+    if args.instances is None or args.repo_source is None:
+        raise SystemExit(f"error: {flag} needs --instances F and --repo-source DIR")
+
+
 def run_overhead(args: argparse.Namespace) -> dict[str, object]:
     import asyncio
     import tempfile
@@ -257,8 +262,7 @@ def run_overhead(args: argparse.Namespace) -> dict[str, object]:
 
     from envfarm.harness import load_instances
 
-    if args.instances is None or args.repo_source is None:
-        raise SystemExit("error: --overhead needs --instances F and --repo-source DIR")
+    _need_rows(args, "--overhead")
     insts = load_instances(args.instances, args.overhead)
     with tempfile.TemporaryDirectory(prefix="bench-swebench-") as tmp:
         return asyncio.run(overhead(insts, args.repo_source, Path(tmp), turns=args.turns))
@@ -267,8 +271,7 @@ def run_overhead(args: argparse.Namespace) -> dict[str, object]:
 def run_coderepair(args: argparse.Namespace) -> dict[str, object]:
     from swebench_coderepair import coderepair
 
-    if args.instances is None or args.repo_source is None:
-        raise SystemExit("error: --coderepair needs --instances F and --repo-source DIR")
+    _need_rows(args, "--coderepair")
     return coderepair(args.coderepair, args.instances, args.repo_source)
 
 

@@ -18,6 +18,7 @@ from .env_spec import EnvSpec
 from .images import ImageBuilder, base_of
 from .instances import Instance
 from .specs import SpecCatalog, plan_all
+from .validate import python_unavailable
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def plan_envs(rows: Iterable[Instance], catalog: SpecCatalog) -> tuple[list[EnvT
     unplanned = []
     for (repo, version), ids in sorted(missing.items()):
         detail = str(errors[ids[0]])
-        reason = "python-unavailable" if "needs Python" in detail else "no-spec"  # as validate.py reads it
+        reason = "python-unavailable" if python_unavailable(detail) else "no-spec"
         unplanned.append(Unplanned(repo, version, tuple(ids), reason, detail))
     ordered = sorted(targets.items(), key=lambda kv: (kv[0][0], _version_key(kv[0][1])))
     return [EnvTarget(env, tuple(ids)) for _, (env, ids) in ordered], unplanned

@@ -189,10 +189,16 @@ def _reason(gold: Sequence[InstanceReport], base: InstanceReport, log: str) -> t
     return None, ""
 
 
+def python_unavailable(message: str) -> bool:
+    """Whether a plan or build error says no base image has the Python the spec needs (layout.base_of,
+    specs.py's exact_python): the ``python-unavailable`` reason."""
+    return "needs Python" in message
+
+
 def _error_reason(report: InstanceReport) -> tuple[str, str]:
     kind = report.error_kind
     message = (report.error or "").splitlines()[0][:300] if report.error else ""
-    if kind in (ErrorKind.SPEC, ErrorKind.BUILD) and "needs Python" in (report.error or ""):
+    if kind in (ErrorKind.SPEC, ErrorKind.BUILD) and python_unavailable(report.error or ""):
         return "python-unavailable", message
     table = {
         ErrorKind.BUILD: "build-failed",
