@@ -33,6 +33,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from envfarm.sandbox import Backend
+
 from .config import HarnessConfig
 from .evaluate import Event, ProgressFn, evaluate
 from .grading import ErrorKind, InstanceReport
@@ -109,12 +111,14 @@ async def validate(
     repeat: int = 1,
     progress: ProgressFn | None = None,
     chunk: int | None = None,
+    backend: Backend | None = None,
 ) -> Validation:
     """Run gold ``repeat`` times and the unpatched base once per row; write validate.json and validate.md.
 
     ``chunk``: rows are taken ``chunk`` at a time (all at once by default), and validate.json is rewritten
     after each chunk with every row so far, so a long run records its finished rows as it goes (an
-    interrupted one resumes from its reports either way)."""
+    interrupted one resumes from its reports either way). ``backend``: the caller's sandbox backend (as
+    :func:`evaluate` takes it; default: the config's)."""
     if repeat < 1:
         raise ValueError(f"repeat must be at least 1, got {repeat}")
     size = max(1, chunk or len(instances))
@@ -122,7 +126,7 @@ async def validate(
     for end in range(size, len(instances) + size, size) or (0,):
         part = instances[:end]  # cumulative: rows of earlier chunks resume from their reports
         new = {i.instance_id for i in part} - seen
-        result = await _validate_part(part, config, repeat, _only(progress, new))
+        result = await _validate_part(part, config, repeat, _only(progress, new), backend)
         seen |= new
     return result
 
@@ -141,15 +145,17 @@ def _only(progress: ProgressFn | None, ids: set[str]) -> ProgressFn | None:
 
 
 async def _validate_part(
-    instances: Sequence[Instance], config: HarnessConfig, repeat: int, progress: ProgressFn | None
+    instances: Sequence[Instance], config: HarnessConfig, repeat: int, progress: ProgressFn | None,
+    backend: Backend | None = None,
 ) -> Validation:
     gold_runs = []
     for k in range(1, repeat + 1):
         cfg = config.model_copy(update={"run_id": f"{config.run_id}-gold{k}"})
-        gold_runs.append(await evaluate(instances, load_predictions("gold", instances), cfg, progress))
+        gold_preds = load_predictions("gold", instances)
+        gold_runs.append(await evaluate(instances, gold_preds, cfg, progress, backend))
     empty_cfg = config.model_copy(update={"run_id": f"{config.run_id}-empty", "run_empty": True})
     empty = {i.instance_id: Prediction(i.instance_id, "empty", "") for i in instances}
-    base_run = await evaluate(instances, empty, empty_cfg, progress)
+    base_run = await evaluate(instances, empty, empty_cfg, progress, backend)
     first = RunFolder(config.report_dir, gold_runs[0].run_id, gold_runs[0].model_name_or_path)
     rows = []
     for inst in instances:

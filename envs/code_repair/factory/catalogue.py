@@ -32,6 +32,7 @@ from .repo import OWNER
 from .sdist import parse_spec
 from .sources import CATALOGUE
 from .state import write_atomic
+from .validate import CHECKS
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,8 @@ def reason_code(error: BaseException) -> str:
 def settings_of(config: MineConfig) -> dict[str, Any]:
     """What makes a recorded project reusable by a rerun (other options only change speed)."""
     return {"max_tasks": config.max_tasks, "max_mutants": config.max_mutants, "seed": config.seed,
-            "mutations": config.mutations, "harness_check": config.harness_check}
+            "mutations": config.mutations, "harness_check": config.harness_check,
+            "validation": CHECKS if config.harness_check else None}
 
 
 class Catalogue:

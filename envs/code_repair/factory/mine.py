@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import random
 import time
@@ -31,7 +32,7 @@ from envfarm.sandbox import Backend, get_backend
 from envfarm.sandbox.values import IMAGE_BACKEND
 
 from . import repo as repo_mod
-from .mutate import Mutation, combine, mutations
+from .mutate import Mutation, combine, distinct, sites
 from .prepare import Prepared, prepare, test_files_for
 from .recipe import RECIPES_FILE
 from .runner import TestRun, TestSession
@@ -96,6 +97,7 @@ class Progress:
 class PackageReport:
     package: str
     candidates: int
+    """Mutation sites found (before the compile check; only the first ``max_mutants`` in order are checked)."""
     tried: int
     """Mutants with an outcome (cached ones included)."""
     ran: int
@@ -218,23 +220,23 @@ class _Validation:
     async def run(self, miner: _Miner) -> None:
         async with self._lock:
             key, name = miner.prepared.project.key, miner.prepared.project.spec.name
-            rows, logs = await asyncio.to_thread(miner.rows)
+            rows = await asyncio.to_thread(miner.rows)
             self.rows[key] = rows
             todo = [r for r in rows if r["instance_id"] not in self.verdicts]
             if not self.config.harness_check:
                 self.verdicts.update({r["instance_id"]: Verdict(True, False) for r in todo})
                 return
-            done = 0
+            done, total = 0, 2 * len(todo)  # a gold run and a run of the unfixed code per row
 
             def on_event(event: Any) -> None:
                 nonlocal done
                 if event.phase in ("done", "skipped"):
                     done += 1
-                    self.emit(Progress("validate", name, done, len(todo)))
+                    self.emit(Progress("validate", name, done, total))
 
-            self.emit(Progress("validate", name, 0, len(todo)))
-            found, took = await validate(todo, logs, self.work, self.backend,
-                                         self.config.validate_workers, on_event, f"mine-validate-{key}")
+            self.emit(Progress("validate", name, 0, total))
+            found, took = await validate(todo, self.work, self.backend, self.config.validate_workers,
+                                         on_event, f"mine-validate-{key}")
             self.verdicts.update(found)
             self.seconds += took
 
@@ -246,10 +248,11 @@ class _Miner:
                  emit: ProgressFn, prepare_s: float) -> None:
         self.prepared, self.config, self.work, self.backend, self.emit = prepared, config, work, backend, emit
         p = prepared.project
-        found = [m for f in prepared.layout.source_files for m in mutations(f, p.files[f])]
+        found = [m for f in prepared.layout.source_files for m in sites(f, p.files[f])]
         limit = config.max_mutants or 10 * config.max_tasks * config.mutations
         self.total_candidates = len(found)
-        self.candidates = order(found, config.seed, p.spec.name)[:limit]
+        # only the mutants that may be tried are compiled and compared (a whole-file parse each)
+        self.candidates = list(itertools.islice(distinct(order(found, config.seed, p.spec.name), p.files), limit))
         self.outcomes = work.read_outcomes(p.key, prepared.stamp)
         self.ran = 0
         self.crashes: dict[str, int] = {}
@@ -263,7 +266,8 @@ class _Miner:
         emit(Progress("prepare", spec.name, detail="sdist, test environment, baseline"))
         t0 = time.monotonic()
         prepared = await prepare(spec, work, backend, config.find_links, config.recipes)
-        return cls(prepared, config, work, backend, emit, time.monotonic() - t0)
+        # a thread: finding and checking candidates parses every source file (seconds on a large project)
+        return await asyncio.to_thread(cls, prepared, config, work, backend, emit, time.monotonic() - t0)
 
     def kept(self) -> list[Mutation]:
         """The mutants that become tasks: kept singles, or with ``mutations`` K > 1 kept K-edit combinations,
@@ -394,17 +398,15 @@ class _Miner:
         run = await session.run_mutant(m.file, m.apply(original), original, files, p.mutant_timeout_s)
         return judge(m, run, files, p)
 
-    def rows(self) -> tuple[list[dict[str, Any]], dict[str, str]]:
-        """Rows of the kept mutants (the repository is written to the work folder) and their test logs."""
+    def rows(self) -> list[dict[str, Any]]:
+        """Rows of the kept mutants (the repository is written to the work folder)."""
         p = self.prepared
         bugs = []
         for m in self.kept():
             o = self.outcomes[m.id]
             bugs.append(repo_mod.Bug(m, o.hidden, o.fail_to_pass, o.pass_to_pass, o.problem_statement))
         path = repo_mod.materialize(p.project, bugs, self.work.repos)
-        table = repo_mod.rows(p.project, bugs, path)
-        logs = {b.instance_id(p.project): self.outcomes[b.mutation.id].log for b in bugs}
-        return table, logs
+        return repo_mod.rows(p.project, bugs, path)
 
     def _counts(self, verdicts: dict[str, Verdict]) -> tuple[int, int]:
         ids = {repo_mod.Bug(m, (), (), (), "").instance_id(self.prepared.project) for m in self.kept()}

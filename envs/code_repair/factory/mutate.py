@@ -1,7 +1,8 @@
 """Procedural bugs: AST mutation sites of a source file, applied as minimal source-segment rewrites.
 
-    sites = mutations("pkg/mod.py", source_bytes)   # every candidate, in a stable order
-    buggy = sites[0].apply(source_bytes)             # the file with that one change
+    found = mutations("pkg/mod.py", source_bytes)   # every candidate, in a stable order
+    buggy = found[0].apply(source_bytes)             # the file with that one change
+    checked = distinct(shuffled_sites, {"pkg/mod.py": source_bytes})  # lazily: compile checks as consumed
 
 Operators (``Mutation.kind``): ``compare`` (``<`` <-> ``<=``, ``==`` <-> ``!=``, ``in`` <-> ``not in``, ``is``
 <-> ``is not``), ``boolop`` (``and`` <-> ``or``), ``binop`` (``+`` <-> ``-``), ``operator`` (a wrong
@@ -23,7 +24,7 @@ import ast
 import hashlib
 import re
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import pairwise
 
@@ -94,6 +95,12 @@ class _Source:
 
 def mutations(file: str, data: bytes) -> list[Mutation]:
     """Every mutation of ``file`` that compiles and makes a new syntax tree, in source order."""
+    return list(distinct(sites(file, data), {file: data}))
+
+
+def sites(file: str, data: bytes) -> list[Mutation]:
+    """Every mutation site of ``file``, in source order, before the compile and same-tree checks of
+    :func:`distinct` (cheap: one parse of the file; a miner orders these and checks only what it tries)."""
     try:
         tree = ast.parse(data)
     except (SyntaxError, ValueError):
@@ -114,14 +121,20 @@ def mutations(file: str, data: bytes) -> list[Mutation]:
             seen.add((m.start, m.end, m.text))
             out.append(m)
     out.sort(key=lambda m: (m.start, m.end, m.kind, m.text))
-    trees = {_tree_key(data)}
-    kept = []
-    for m in out:
+    return out
+
+
+def distinct(candidates: Iterable[Mutation], sources: Mapping[str, bytes]) -> Iterator[Mutation]:
+    """The candidates that compile and whose module is a syntax tree neither its original file nor an
+    earlier candidate of the same file is, lazily in the order given (each check parses the whole file)."""
+    trees: dict[str, set[str | None]] = {}
+    for m in candidates:
+        data = sources[m.file]
+        seen = trees.setdefault(m.file, {_tree_key(data), None})  # None: does not compile
         key = _tree_key(m.apply(data))
-        if key is not None and key not in trees:  # compiles, and no other mutant (nor the original) is it
-            trees.add(key)
-            kept.append(m)
-    return kept
+        if key not in seen:
+            seen.add(key)
+            yield m
 
 
 def combine(edits: Sequence[Mutation], source: bytes) -> Mutation:

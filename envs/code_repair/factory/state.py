@@ -34,7 +34,7 @@ class Outcome:
     hidden: tuple[str, ...] = ()
     problem_statement: str = ""
     log: str = ""
-    """The raw test log of a kept mutant (graded by the harness to check the bug is unresolved)."""
+    """The raw test log of a kept mutant (its problem statement is written from it)."""
     exit_code: int = 0
     duration_s: float = 0.0
 

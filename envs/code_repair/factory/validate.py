@@ -1,12 +1,13 @@
 """Validation of mined rows by the harness itself: the gold patch resolves, the unfixed code does not.
 
-    verdicts = await validate(table, logs, work, backend, workers)   # {instance_id: Verdict}
+    verdicts, seconds = await validate(table, work, backend, workers)   # {instance_id: Verdict}
 
-Gold: one ``harness.evaluate`` run with ``predictions="gold"`` over every row (repos and specs from the
-work folder; its run id is fixed, so a rerun only evaluates rows it has no report for). Empty: an empty
-patch is never run by the harness (counted unresolved); the check that matters is that the bug is real,
-so the harness's ``grade`` is applied to the kept mutant's own test log (the base commit's code with the
-hidden tests): it must not resolve.
+One ``harness validate`` run over the rows (repos and specs from the work folder; its run id is fixed, so
+a rerun only evaluates rows it has no report for): gold once (``<run-id>-gold1``) and the unpatched base
+with the hidden tests put back (``<run-id>-empty``: what SWE-bench's validation calls the empty patch, the
+unfixed code), each a real test run in the row's instance image. A row is kept when gold resolves and the
+base does not; any other outcome is the harness's reason (``harness.validate.REASONS``) in the verdict.
+The miner's own test runs never decide: they found the bug, the harness confirms it.
 """
 
 from __future__ import annotations
@@ -16,14 +17,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from envfarm.harness import Event, HarnessConfig, evaluate, grade, load_predictions
+from envfarm.harness import Event, HarnessConfig
 from envfarm.harness.instances import instance_from_row
-from envfarm.harness.run import compose_log
-from envfarm.sandbox import Backend, ExecResult
+from envfarm.harness.validate import validate as harness_validate
+from envfarm.sandbox import Backend
 
 from .state import WorkFolder
 
 RUN_ID = "mine-validate"
+CHECKS = "gold+base"
+"""What validation runs (part of a catalogue entry's settings: rows validated otherwise are redone)."""
 
 
 @dataclass(frozen=True)
@@ -32,23 +35,24 @@ class Verdict:
 
     gold_resolved: bool
     empty_resolved: bool
+    reason: str | None = None
+    """Why the row does not validate (``harness.validate.REASONS``; also when a run errored)."""
     detail: str = ""
 
     @property
     def ok(self) -> bool:
-        return self.gold_resolved and not self.empty_resolved
+        return self.gold_resolved and not self.empty_resolved and self.reason is None
 
 
 async def validate(
     table: Sequence[Mapping[str, Any]],
-    logs: Mapping[str, str],
     work: WorkFolder,
     backend: Backend,
     workers: int,
     on_event: Callable[[Event], None] | None = None,
     run_id: str = RUN_ID,
 ) -> tuple[dict[str, Verdict], float]:
-    """Verdicts per instance id, and the seconds the harness run took."""
+    """Verdicts per instance id, and the seconds the harness runs took (gold and base)."""
     instances = [instance_from_row(r, str(r["instance_id"])) for r in table]
     if not instances:
         return {}, 0.0
@@ -56,16 +60,10 @@ async def validate(
                            specs=(work.specs,), max_workers=workers, backend=backend.name, timeout_s=600.0)
     t0 = time.monotonic()
     # the caller's backend: one sandbox-name counter per process (two backends would reuse names)
-    run = await evaluate(instances, load_predictions("gold", instances), config, progress=on_event,
-                         backend=backend)
+    result = await harness_validate(instances, config, progress=on_event, backend=backend)
     took = time.monotonic() - t0
     out = {}
-    for inst in instances:
-        report = run.reports.get(inst.instance_id)
-        gold = bool(report and report.resolved)
-        raw = logs.get(inst.instance_id, "")
-        buggy = compose_log(raw, ExecResult(1, "", "", 0.0, False, False), 600.0)[0]
-        empty = grade(inst, buggy, model_patch=inst.patch).resolved if raw else True
-        why = "" if gold else (report.error or str(report.status) if report else "no report")
-        out[inst.instance_id] = Verdict(gold, empty, why)
+    for row in result.rows:
+        gold = bool(row.gold) and all(g == "resolved" for g in row.gold)
+        out[row.instance_id] = Verdict(gold, row.empty == "resolved", row.reason, row.detail[:500])
     return out, took

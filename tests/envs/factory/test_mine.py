@@ -162,6 +162,31 @@ async def test_a_known_mutant_gives_the_expected_test_lists(mined: tuple[Path, P
         await backend.aclose()
 
 
+async def test_validation_runs_the_unfixed_code_in_the_harness(mined: tuple[Path, Path]) -> None:
+    """A row whose FAIL_TO_PASS test already passes on the unfixed code is refused: the harness runs the base
+    (test_patch applied, no fix) for every row, it does not trust the miner's log."""
+    from envfarm.envs.code_repair.factory.state import WorkFolder
+    from envfarm.envs.code_repair.factory.validate import validate
+    from envfarm.sandbox import get_backend
+
+    _, out = mined
+    row = next(r for r in rows(out) if json.loads(str(r["PASS_TO_PASS"])))
+    p2p = json.loads(str(row["PASS_TO_PASS"]))
+    forged = {**row, "instance_id": f"{row['instance_id']}-forged", "FAIL_TO_PASS": json.dumps(p2p[:1]),
+              "PASS_TO_PASS": json.dumps(p2p[1:])}
+    work = WorkFolder(out)
+    backend = get_backend("docker")
+    try:
+        verdicts, _ = await validate([row, forged], work, backend, 2, run_id="attack")
+    finally:
+        await backend.aclose()
+    real, fake = verdicts[str(row["instance_id"])], verdicts[str(forged["instance_id"])]
+    assert real.ok and real.gold_resolved and not real.empty_resolved
+    assert fake.gold_resolved and fake.empty_resolved and not fake.ok and fake.reason == "upstream-broken"
+    logs = sorted(p.parent.name for p in (work.harness / "attack-empty").rglob("test_output.txt"))
+    assert logs == sorted([str(row["instance_id"]), str(forged["instance_id"])])  # the base really ran
+
+
 def test_mined_rows_rebuild_their_own_repos(mined: tuple[Path, Path], tmp_path: Path) -> None:
     """No --repo-source/--specs: the rows' envfarm_source rebuilds repos + specs once, then they are found."""
     import shutil
