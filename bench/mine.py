@@ -25,8 +25,10 @@ import asyncio
 import json
 import os
 import shutil
+import statistics
 import sys
 import time
+from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
@@ -162,6 +164,7 @@ def catalogue_figures(folder: Path, packages: tuple[str, ...], invocations: list
                     if p["status"] == "skipped"},
         "failed": {p["package"]: p["detail"][:300] for p in rows if p["status"] == "failed"},
         "no_tasks": sorted(p["package"] for p in rows if p["status"] == "done" and not p["tasks"]),
+        "task_mix": task_mix(folder, rows),
         "wall_h": round(wall_h, 3),
         "cpus": cpus,
         "tasks_per_hour": round(tasks / wall_h, 1) if wall_h else None,
@@ -172,6 +175,22 @@ def catalogue_figures(folder: Path, packages: tuple[str, ...], invocations: list
                          **{k: p["report"].get(k) for k in REPORTED}}
                         for p in rows],
     }
+
+
+def task_mix(folder: Path, rows: list[dict[str, object]]) -> dict[str, object]:
+    """What the catalogue's tasks are: bug classes, difficulty scores, FAIL_TO_PASS sizes (read from the rows)."""
+    kinds: Counter[str] = Counter()
+    scores: Counter[int] = Counter()
+    failing: list[int] = []
+    for p in rows:
+        path = folder / str(p["file"]) if p["tasks"] else None
+        for line in path.read_text().splitlines() if path is not None and path.is_file() else ():
+            row = json.loads(line)
+            kinds.update(row["envfarm_source"]["mutation"]["kind"].split("+"))
+            scores[row["envfarm_difficulty"]["score"]] += 1
+            failing.append(len(json.loads(row["FAIL_TO_PASS"])))
+    return {"bug_classes": dict(kinds.most_common()), "difficulty_scores": dict(sorted(scores.items())),
+            "median_fail_to_pass": statistics.median(failing) if failing else None}
 
 
 REPORTED = ("origin", "in_package", "test_files", "tests_passing", "candidates", "tried", "kept", "validated",
