@@ -178,7 +178,7 @@ def catalogue_figures(folder: Path, packages: tuple[str, ...], invocations: list
 
 
 def task_mix(folder: Path, rows: list[dict[str, object]]) -> dict[str, object]:
-    """What the catalogue's tasks are: bug classes, difficulty scores, FAIL_TO_PASS sizes (read from the rows)."""
+    """The catalogue's tasks: bug classes, difficulty scores, FAIL_TO_PASS sizes (read from the rows)."""
     kinds: Counter[str] = Counter()
     scores: Counter[int] = Counter()
     failing: list[int] = []

@@ -28,6 +28,7 @@ from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 
 from .discover import Layout
+from .pyast import parse
 from .recipe import Recipe, normalize
 
 log = logging.getLogger(__name__)
@@ -122,7 +123,7 @@ def inferred(files: Mapping[str, bytes], layout: Layout) -> Iterator[tuple[str, 
 def _imports(data: bytes) -> set[str]:
     """Top-level names imported at module level, outside try/if blocks (optional imports are not needs)."""
     try:
-        tree = ast.parse(data)
+        tree = parse(data)
     except (SyntaxError, ValueError):
         return set()
     out: set[str] = set()

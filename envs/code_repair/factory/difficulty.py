@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .mutate import Mutation
+from .pyast import parse
 
 MAX_SCORE = 5
 
@@ -47,7 +48,7 @@ def difficulty(files: Mapping[str, bytes], mutation: Mutation, fail_to_pass: Seq
 def enclosing_scope(source: bytes, line: int) -> str:
     """The innermost function or class around ``line`` (``""`` at module level)."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except (SyntaxError, ValueError):
         return ""
     best, size = "", None

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from envfarm.errors import TaskFactoryError
 
+from .pyast import parse
 from .recipe import Recipe
 from .sdist import PackageSpec
 
@@ -226,7 +227,7 @@ def _test_files(files: Mapping[str, bytes], paths: Sequence[str],
 def _module_kind(data: bytes) -> str:
     """``tests`` (test functions or classes), ``doctest`` (only ``>>>`` examples) or ``none``."""
     try:
-        tree = ast.parse(data)
+        tree = parse(data)
     except (SyntaxError, ValueError):
         return "none"
     for node in ast.walk(tree):

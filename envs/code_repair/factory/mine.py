@@ -97,7 +97,7 @@ class Progress:
 class PackageReport:
     package: str
     candidates: int
-    """Mutation sites found (before the compile check; only the first ``max_mutants`` in order are checked)."""
+    """Mutation sites found (before the compile check: only the first ``max_mutants`` in order get it)."""
     tried: int
     """Mutants with an outcome (cached ones included)."""
     ran: int
@@ -252,7 +252,8 @@ class _Miner:
         limit = config.max_mutants or 10 * config.max_tasks * config.mutations
         self.total_candidates = len(found)
         # only the mutants that may be tried are compiled and compared (a whole-file parse each)
-        self.candidates = list(itertools.islice(distinct(order(found, config.seed, p.spec.name), p.files), limit))
+        ordered = order(found, config.seed, p.spec.name)
+        self.candidates = list(itertools.islice(distinct(ordered, p.files), limit))
         self.outcomes = work.read_outcomes(p.key, prepared.stamp)
         self.ran = 0
         self.crashes: dict[str, int] = {}

@@ -23,10 +23,11 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
-import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import pairwise
+
+from .pyast import parse, parse_and_compile
 
 COMPARE_SWAPS = {"<": "<=", "<=": "<", ">": ">=", ">=": ">", "==": "!=", "!=": "==",
                  "is not": "is", "not in": "in", "is": "is not", "in": "not in"}
@@ -102,7 +103,7 @@ def sites(file: str, data: bytes) -> list[Mutation]:
     """Every mutation site of ``file``, in source order, before the compile and same-tree checks of
     :func:`distinct` (cheap: one parse of the file; a miner orders these and checks only what it tries)."""
     try:
-        tree = ast.parse(data)
+        tree = parse(data)
     except (SyntaxError, ValueError):
         return []
     src = _Source(data)
@@ -153,10 +154,7 @@ def combine(edits: Sequence[Mutation], source: bytes) -> Mutation:
 def _tree_key(data: bytes) -> str | None:
     """A digest of the module's syntax tree; None when it does not compile."""
     try:
-        with warnings.catch_warnings():  # "'int' object is not subscriptable" and such: still a mutant
-            warnings.simplefilter("ignore", SyntaxWarning)
-            tree = ast.parse(data)
-            compile(tree, "<mutant>", "exec", dont_inherit=True)
+        tree = parse_and_compile(data)
     except (SyntaxError, ValueError):
         return None
     return hashlib.sha1(ast.dump(tree).encode(), usedforsecurity=False).hexdigest()
