@@ -102,7 +102,7 @@ def load_recipe(name: str, path: Path = RECIPES_FILE) -> Recipe:
         source=tuple(own.source or ()),
         skip_source=tuple((base.skip_source or []) + (own.skip_source or [])),
         timeout_s=own.timeout_s or base.timeout_s,
-        min_timeout_s=own.min_timeout_s or base.min_timeout_s or 20.0,
+        min_timeout_s=own.min_timeout_s or base.min_timeout_s or 10.0,
         env=_variables(name, {**(base.env or {}), **(own.env or {})}),
     )
 
