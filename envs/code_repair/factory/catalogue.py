@@ -43,6 +43,7 @@ REASONS = (
     ("no-source", "no Python package found"),
     ("env-build", "test environment did not build"),
     ("no-passing-tests", "no test of the sdist passes"),
+    ("baseline-timeout", "baseline test run did not finish"),
     ("baseline-crash", "baseline test run failed"),
     ("download", "pip download"),
 )

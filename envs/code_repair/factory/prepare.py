@@ -40,7 +40,9 @@ log = logging.getLogger(__name__)
 PYTEST = "python -m pytest -rA -p no:cacheprovider -o addopts= --tb=short"
 HARNESS_TIMEOUT_S = 600.0
 """The harness's test timeout written into the specs (fixed, so the rows do not depend on timings)."""
-BASELINE_TIMEOUT_S = 900.0
+BASELINE_TIMEOUT_S = 600.0
+"""A baseline run not finished by then fails the project (a hanging test, or a suite too slow to mine: every
+mutant would run a fraction of it); it is not run a second time."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,12 @@ async def prepare(spec: PackageSpec, work: WorkFolder, backend: Backend, find_li
         cached["stamp"] = stamp
         work.write_baseline(project.key, cached)
     assert cached is not None
+    if cached.get("timed_out"):
+        raise TaskFactoryError(f"{spec}: the baseline test run did not finish within "
+                               f"{BASELINE_TIMEOUT_S:.0f}s (a test hangs, or the suite is too slow to mine); "
+                               "the log ends:\n"
+                               f"{tail(cached.get('log_tail', ''))}\nfix: leave the hanging test files out "
+                               f'(ignore = [...] under [packages."{spec.name}"] in the recipe file)')
     passing = tuple(cached["passing"])
     if not passing:
         raise TaskFactoryError(f"{spec}: no test of the sdist passes in its environment; the log ends:\n"
@@ -167,6 +175,9 @@ async def _baseline(project: Project, layout: Layout, image: str, backend: Backe
     t0 = time.monotonic()
     async with TestSession.open(backend, image, project.files, project.env.test_cmd, env) as session:
         first = await session.run(layout.test_paths, BASELINE_TIMEOUT_S)
+        if first.timed_out:
+            return {"passing": [], "flaky": [], "timed_out": True, "duration_s": first.duration_s,
+                    "log_tail": tail(first.log, 30), "wall_s": time.monotonic() - t0}
         second = await session.run(layout.test_paths, BASELINE_TIMEOUT_S)
     passing = sorted(t for t, s in first.statuses.items()
                      if s == "PASSED" and second.statuses.get(t) == "PASSED" and "::" in t)

@@ -31,6 +31,7 @@ def test_packages_file_lines_comments_and_errors(tmp_path: Path) -> None:
     (PackageNotFound("no source distribution of x==1"), "no-sdist"),
     (TaskFactoryError("x==1: the test environment did not build (ImageError: ...)"), "env-build"),
     (TaskFactoryError("x==1: no test of the sdist passes in its environment"), "no-passing-tests"),
+    (TaskFactoryError("x==1: the baseline test run did not finish within 600s"), "baseline-timeout"),
     (TaskFactoryError("something new"), "error"),
 ])
 def test_reason_codes(error: Exception, code: str) -> None:

@@ -131,6 +131,25 @@ def test_bad_input_is_one_error_line_exit_2(mined: tuple[Path, Path], args: list
     assert message in " ".join(res.output.split())
 
 
+def test_a_hanging_suite_is_named_as_such(mined: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A baseline that does not finish fails the project once (no second run) with what to do, not as a
+    suite where no test passes."""
+    from envfarm.envs.code_repair.factory import prepare
+
+    root, _ = mined
+    monkeypatch.setattr(prepare, "BASELINE_TIMEOUT_S", 8.0)
+    pyproject = FILES["pyproject.toml"].replace(NAME, "envfarm-hangs").replace(VERSION, "1.0")
+    tests = "import time\n\n\ndef test_ok():\n    assert True\n\n\ndef test_hangs():\n    time.sleep(600)\n"
+    write_sdist(root / "index", {"pyproject.toml": pyproject.replace("tinycalc", "hangs"),
+                                 "hangs/__init__.py": "x = 1\n", "tests/test_hangs.py": tests},
+                "envfarm-hangs", "1.0")
+    res = CliRunner().invoke(app, ["tasks", "mine", "--package", "envfarm-hangs==1.0", "--out",
+                                   str(root / "hangs" / "t.jsonl"), "--find-links", str(root / "index")])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2 and "Traceback" not in text, res.output
+    assert "did not finish within 8s" in text and 'ignore = [...] under [packages."envfarm-hangs"]' in text
+
+
 async def test_a_known_mutant_gives_the_expected_test_lists(mined: tuple[Path, Path]) -> None:
     from envfarm.envs.code_repair.factory.mine import judge
     from envfarm.envs.code_repair.factory.mutate import mutations
