@@ -28,6 +28,7 @@ from typing import Any
 from envfarm.errors import ConfigError, PackageNotFound, TaskFactoryError
 
 from .mine import MineConfig, PackageReport, Progress, ProgressFn, mine
+from .recipe import normalize, read_recipes
 from .repo import OWNER
 from .sdist import parse_spec
 from .sources import CATALOGUE
@@ -110,11 +111,19 @@ def reason_code(error: BaseException) -> str:
     return next((code for code, phrase in REASONS if phrase in text), "error")
 
 
-def settings_of(config: MineConfig) -> dict[str, Any]:
-    """What makes a recorded project reusable by a rerun (other options only change speed)."""
-    return {"max_tasks": config.max_tasks, "max_mutants": config.max_mutants, "seed": config.seed,
-            "mutations": config.mutations, "harness_check": config.harness_check,
-            "validation": CHECKS if config.harness_check else None}
+def settings_of(config: MineConfig, package: str | None = None) -> dict[str, Any]:
+    """What makes a recorded project reusable by a rerun (other options only change speed): the options, and
+    the ``package``'s own recipe table when it has one (a project skipped before an override was written is
+    tried again once it has one)."""
+    out: dict[str, Any] = {
+        "max_tasks": config.max_tasks, "max_mutants": config.max_mutants, "seed": config.seed,
+        "mutations": config.mutations, "harness_check": config.harness_check,
+        "validation": CHECKS if config.harness_check else None,
+    }
+    own = read_recipes(config.recipes).packages.get(normalize(parse_spec(package).name)) if package else None
+    if own is not None:
+        out["recipe"] = own.model_dump(exclude_none=True)
+    return out
 
 
 class Catalogue:
@@ -160,7 +169,6 @@ async def catalogue(config: MineConfig, progress: ProgressFn | None = None,
         raise ConfigError(f"--out {config.out}: with --packages-file, --out is a folder (one JSONL per "
                           "project plus catalogue.json)")
     book = Catalogue(config.out)
-    settings = settings_of(config)
     order = tuple(config.packages)
     slots = asyncio.Semaphore(config.jobs)
     lock = asyncio.Lock()
@@ -168,6 +176,7 @@ async def catalogue(config: MineConfig, progress: ProgressFn | None = None,
     t0 = time.monotonic()
 
     async def one(package: str) -> None:
+        settings = settings_of(config, package)
         if (entry := book.reusable(package, settings)) is not None:
             emit(Progress("cached", package, entry.tasks, entry.tasks, detail=entry.status))
             return

@@ -115,3 +115,13 @@ def test_catalogue_tasks_reads_a_catalogue_folder_not_its_state(tmp_path: Path) 
     (folder / "pypi__d.jsonl").write_text(json.dumps(_row("a-1")) + "\n")
     with pytest.raises(DatasetError, match="in two of its JSONL files"):
         catalogue_tasks(folder)
+
+
+def test_a_recipe_override_is_part_of_its_projects_settings(tmp_path: Path) -> None:
+    """A project skipped before its recipe table was written is tried again once it has one."""
+    recipes = tmp_path / "recipes.toml"
+    recipes.write_text('[defaults]\n\n[packages.foo-bar]\nignore = ["tests/test_slow.py"]\n')
+    config = MineConfig(packages=("Foo_Bar==1", "other==2"), out=tmp_path / "cat", recipes=recipes)
+    assert cat.settings_of(config, "Foo_Bar==1")["recipe"] == {"ignore": ["tests/test_slow.py"]}
+    assert "recipe" not in cat.settings_of(config, "other==2")
+    assert cat.settings_of(config, "other==2") == cat.settings_of(config)
