@@ -129,8 +129,9 @@ async def prepare(spec: PackageSpec, work: WorkFolder, backend: Backend, find_li
                 raise TaskFactoryError(f"{spec}: the baseline test run failed twice: {e}") from e
             log.warning("%s: baseline sandbox failed (%s); trying again", spec, e)
             continue
-        cached["stamp"] = stamp
-        work.write_baseline(project.key, cached)
+        if not cached.get("timed_out"):  # not kept: a rerun (less load, a recipe) tries again
+            cached["stamp"] = stamp
+            work.write_baseline(project.key, cached)
     assert cached is not None
     if cached.get("timed_out"):
         raise TaskFactoryError(f"{spec}: the baseline test run did not finish within "
