@@ -149,9 +149,9 @@ async def _validate_part(
     backend: Backend | None = None,
 ) -> Validation:
     gold_runs = []
+    gold_preds = load_predictions("gold", instances)
     for k in range(1, repeat + 1):
         cfg = config.model_copy(update={"run_id": f"{config.run_id}-gold{k}"})
-        gold_preds = load_predictions("gold", instances)
         gold_runs.append(await evaluate(instances, gold_preds, cfg, progress, backend))
     empty_cfg = config.model_copy(update={"run_id": f"{config.run_id}-empty", "run_empty": True})
     empty = {i.instance_id: Prediction(i.instance_id, "empty", "") for i in instances}
