@@ -47,6 +47,8 @@ SESSION_TRIES = 3
 """Sandboxes a mutant worker may lose in a row, no mutant recorded in between, before the package fails."""
 CRASHES_TO_JUDGE = 2
 """Sandboxes one mutant may take down before it is recorded ``crashed`` (it hangs the in-sandbox agent)."""
+CHUNK_PER_TASK = 2
+"""Candidates checked (compiled, compared) at a time, per task wanted: more are checked as the loop needs."""
 
 
 class MineConfig(BaseModel):
@@ -97,7 +99,7 @@ class Progress:
 class PackageReport:
     package: str
     candidates: int
-    """Mutation sites found (before the compile check: only the first ``max_mutants`` in order get it)."""
+    """Mutation sites found (before the compile check: only those the mutant loop reaches get it)."""
     tried: int
     """Mutants with an outcome (cached ones included)."""
     ran: int
@@ -251,9 +253,13 @@ class _Miner:
         found = [m for f in prepared.layout.source_files for m in sites(f, p.files[f])]
         limit = config.max_mutants or 10 * config.max_tasks * config.mutations
         self.total_candidates = len(found)
-        # only the mutants that may be tried are compiled and compared (a whole-file parse each)
-        ordered = order(found, config.seed, p.spec.name)
-        self.candidates = list(itertools.islice(distinct(ordered, p.files), limit))
+        # candidates are compiled and compared (a whole-file compile each) a chunk at a time, as the mutant
+        # loop reaches them: a project that keeps its tasks in 100 tries never checks the other 400
+        self._source = itertools.islice(distinct(order(found, config.seed, p.spec.name), p.files), limit)
+        self._chunk = CHUNK_PER_TASK * config.max_tasks * config.mutations
+        self._exhausted = False
+        self.candidates: list[Mutation] = []
+        self._extend()
         self.outcomes = work.read_outcomes(p.key, prepared.stamp)
         self.ran = 0
         self.crashes: dict[str, int] = {}
@@ -310,8 +316,22 @@ class _Miner:
                 pending[m.file] = []
         return out
 
+    def _extend(self) -> bool:
+        """Check the next chunk of candidates (blocking: call in a thread); False when none are left."""
+        more = list(itertools.islice(self._source, self._chunk))
+        self._exhausted = len(more) < self._chunk
+        self.candidates += more
+        return bool(more)
+
+    async def _untried_singles(self) -> bool:
+        """Some candidate has no outcome yet (the next chunk is checked when all have one)."""
+        if any(m.id not in self.outcomes for m in self.candidates):
+            return True
+        return not self._exhausted and await asyncio.to_thread(self._extend)
+
     def can_continue(self) -> bool:
-        return any(m.id not in self.outcomes for m in (*self.candidates, *self.combos()))
+        return not self._exhausted or any(m.id not in self.outcomes for m in (*self.candidates,
+                                                                              *self.combos()))
 
     async def mine_until(self, target: int) -> None:
         """Try mutants in order until ``target`` tasks are kept (over a finished prefix) or none are left."""
@@ -319,17 +339,16 @@ class _Miner:
         self.emit(Progress("mutants", name, len(self.outcomes), len(self.candidates), len(self.kept())))
         t0 = time.monotonic()
         try:
-            if self.config.mutations == 1:
-                await self._run(self.candidates, lambda: len(self.kept()) >= target)
-                return
             while len(self.kept()) < target:
-                combos = self.combos()
+                combos = self.combos() if self.config.mutations > 1 else []
                 if any(c.id not in self.outcomes for c in combos):
                     await self._run(combos, lambda: len(self.kept()) >= target)
-                elif any(m.id not in self.outcomes for m in self.candidates):
-                    await self._run(self.candidates, functools.partial(self._combos_beyond, len(combos)))
-                else:
+                elif not await self._untried_singles():
                     return
+                elif self.config.mutations == 1:
+                    await self._run(self.candidates, lambda: len(self.kept()) >= target)
+                else:
+                    await self._run(self.candidates, functools.partial(self._combos_beyond, len(combos)))
         finally:
             self.mine_s += time.monotonic() - t0
 

@@ -14,8 +14,9 @@ inverted), ``drop_condition`` (one operand of an ``and``/``or`` test left out, o
 statement removed, ``f(x)`` -> ``x``, ``s.strip()`` -> ``s``), ``swap_args`` (the first two positional
 arguments swapped), ``no_return`` (``return x`` -> ``x``). Each edit replaces one byte range of the file, so
 the fix is the reverse of that edit and the diff is a few lines. Mutants that do not compile, and mutants
-whose module is the same syntax tree as another's or the original's (``not (x)`` vs ``not x``), are not
-offered. ``combine`` joins several edits of one file into one (``--mutations K``: harder tasks).
+whose module compiles to the same code as another's or the original's (``not (x)`` vs ``not x``, ``1 + 1``
+vs ``2``: equivalent mutants), are not offered. ``combine`` joins several edits of one file into one
+(``--mutations K``: harder tasks).
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
+import types
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import pairwise
 
-from .pyast import parse, parse_and_compile
+from .pyast import compile_source, parse
 
 COMPARE_SWAPS = {"<": "<=", "<=": "<", ">": ">=", ">=": ">", "==": "!=", "!=": "==",
                  "is not": "is", "not in": "in", "is": "is not", "in": "not in"}
@@ -95,12 +97,12 @@ class _Source:
 
 
 def mutations(file: str, data: bytes) -> list[Mutation]:
-    """Every mutation of ``file`` that compiles and makes a new syntax tree, in source order."""
+    """Every mutation of ``file`` that compiles to new code, in source order."""
     return list(distinct(sites(file, data), {file: data}))
 
 
 def sites(file: str, data: bytes) -> list[Mutation]:
-    """Every mutation site of ``file``, in source order, before the compile and same-tree checks of
+    """Every mutation site of ``file``, in source order, before the compile and same-code checks of
     :func:`distinct` (cheap: one parse of the file; a miner orders these and checks only what it tries)."""
     try:
         tree = parse(data)
@@ -126,13 +128,14 @@ def sites(file: str, data: bytes) -> list[Mutation]:
 
 
 def distinct(candidates: Iterable[Mutation], sources: Mapping[str, bytes]) -> Iterator[Mutation]:
-    """The candidates that compile and whose module is a syntax tree neither its original file nor an
-    earlier candidate of the same file is, lazily in the order given (each check parses the whole file)."""
-    trees: dict[str, set[str | None]] = {}
+    """The candidates that compile and whose module compiles to code neither its original file nor an
+    earlier candidate of the same file does, lazily in the order given (each check compiles the whole file;
+    the code compared without line and column positions, so spacing and parentheses do not count)."""
+    seen_by_file: dict[str, set[str | None]] = {}
     for m in candidates:
         data = sources[m.file]
-        seen = trees.setdefault(m.file, {_tree_key(data), None})  # None: does not compile
-        key = _tree_key(m.apply(data))
+        seen = seen_by_file.setdefault(m.file, {_code_key(data), None})  # None: does not compile
+        key = _code_key(m.apply(data))
         if key not in seen:
             seen.add(key)
             yield m
@@ -151,13 +154,32 @@ def combine(edits: Sequence[Mutation], source: bytes) -> Mutation:
                     ordered[0].line)
 
 
-def _tree_key(data: bytes) -> str | None:
-    """A digest of the module's syntax tree; None when it does not compile."""
+def _code_key(data: bytes) -> str | None:
+    """A digest of the module's compiled code, positions left out; None when it does not compile."""
     try:
-        tree = parse_and_compile(data)
+        code = compile_source(data)
     except (SyntaxError, ValueError):
         return None
-    return hashlib.sha1(ast.dump(tree).encode(), usedforsecurity=False).hexdigest()
+    return hashlib.sha1(repr(_code_parts(code)).encode(), usedforsecurity=False).hexdigest()
+
+
+def _code_parts(code: types.CodeType) -> tuple[object, ...]:
+    """What a code object does, without where: its bytecode, names, flags, exception table and constants
+    (nested code objects the same way); not its line table, first line or file name."""
+    return (code.co_code, code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars,
+            code.co_flags, code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount,
+            code.co_qualname, code.co_exceptiontable, tuple(_const_key(k) for k in code.co_consts))
+
+
+def _const_key(value: object) -> object:
+    """A constant as compared: typed (``1`` is not ``1.0`` or ``True``), sets in a fixed order."""
+    if isinstance(value, types.CodeType):
+        return _code_parts(value)
+    if isinstance(value, tuple):
+        return ("tuple", tuple(_const_key(v) for v in value))
+    if isinstance(value, frozenset):
+        return ("frozenset", tuple(sorted(repr(_const_key(v)) for v in value)))
+    return (type(value).__name__, repr(value))
 
 
 def _annotation_nodes(tree: ast.Module) -> set[int]:

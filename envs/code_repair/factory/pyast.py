@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import threading
+import types
 import warnings
 
 _LOCK = threading.Lock()
@@ -20,10 +21,10 @@ def parse(source: bytes | str) -> ast.Module:
         return ast.parse(source)
 
 
-def parse_and_compile(source: bytes) -> ast.Module:
-    """The module's tree, checked to compile (SyntaxWarnings silenced); SyntaxError/ValueError if not."""
-    with _LOCK, warnings.catch_warnings():  # "'int' object is not subscriptable" and such: it compiles
+def compile_source(source: bytes) -> types.CodeType:
+    """The module's code object, compiled straight from source (no Python-level tree: ~4x faster than
+    ``ast.parse`` then ``compile`` on a large file; SyntaxWarnings silenced); SyntaxError/ValueError if it
+    does not compile."""
+    with _LOCK, warnings.catch_warnings():
         warnings.simplefilter("ignore", SyntaxWarning)
-        tree = ast.parse(source)
-        compile(tree, "<mutant>", "exec", dont_inherit=True)
-    return tree
+        return compile(source, "<mutant>", "exec", dont_inherit=True)

@@ -68,7 +68,10 @@ def test_rows_are_validated_bugs_with_hidden_tests(mined: tuple[Path, Path]) -> 
         assert len(edit) < 4 or edit not in text.split("```")[0]  # the statement never shows the change
 
 
-def test_same_seed_same_bytes_and_resume_skips_work(mined: tuple[Path, Path]) -> None:
+def test_same_seed_same_bytes_and_resume_skips_work(mined: tuple[Path, Path],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from envfarm.envs.code_repair.factory import mine as mine_mod
+
     root, out = mined
     before = out.read_bytes()
     code, output = mine(out, root / "index")  # resume: every outcome and harness report is cached
@@ -76,8 +79,10 @@ def test_same_seed_same_bytes_and_resume_skips_work(mined: tuple[Path, Path]) ->
     report = json.loads(out.with_suffix(".report.json").read_text())
     assert report["packages"][0]["ran"] == 0 and out.read_bytes() == before
     fresh = root / "b" / "tasks.jsonl"
+    monkeypatch.setattr(mine_mod, "CHUNK_PER_TASK", 1)  # candidates checked 4 at a time: several chunks
     code, output = mine(fresh, root / "index")  # a fresh work folder: the same bytes
     assert code == 0, output
+    assert json.loads(fresh.with_suffix(".report.json").read_text())["packages"][0]["tried"] > 4
     assert fresh.read_bytes() == before
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from envfarm.envs.code_repair.factory.mine import order
-from envfarm.envs.code_repair.factory.mutate import Mutation, mutations
+from envfarm.envs.code_repair.factory.mutate import Mutation, distinct, mutations
 
 SOURCE = b'''\
 def f(xs, n, flag):
@@ -62,6 +62,16 @@ def test_every_mutant_compiles_differs_and_reverses() -> None:
         assert buggy != SOURCE
         compile(buggy, "mutant", "exec")
         assert buggy[: m.start] + SOURCE[m.start:m.end] + buggy[m.start + len(m.text.encode()):] == SOURCE
+
+
+def test_equivalent_and_uncompilable_mutants_are_not_offered() -> None:
+    src = b"def f(a, b):\n    return a + b * 2\n"
+    start = src.index(b"a + b")
+    end = start + len(b"a + b * 2")
+    edits = ["(a + b * 2)", "a + b * (1 + 1)", "a +", "a - b * 2", "a - (b * 2)", "a  -  b*2", "b - a * 2"]
+    found = distinct([Mutation("m.py", "x", start, end, text, 2) for text in edits], {"m.py": src})
+    # the same code as the original (parentheses, a folded constant), no code, the same code as an earlier one
+    assert [m.text for m in found] == ["a - b * 2", "b - a * 2"]
 
 
 def test_unicode_offsets_are_bytes() -> None:
