@@ -6,8 +6,9 @@
 Test paths, first that applies: the recipe's ``tests``; ``testpaths`` of the project's pytest config
 (``pytest.ini``, ``pyproject.toml`` ``[tool.pytest.ini_options]``/``[tool.pytest]``, ``tox.ini``,
 ``setup.cfg``, in pytest's own order); top-level ``tests/``, ``test/`` or ``testing/``; test folders
-shipped inside the package (``pkg/tests/``, ``pkg/sub/tests/``: the numpy/networkx/toolz layout, run
-against the source tree); top-level ``test_*.py`` files. Test files are those matching the config's
+shipped inside the package (``pkg/tests/``, ``pkg/sub/tests/``, ``pkg/testsuite/``: a folder named like
+a test folder that holds test modules; the numpy/networkx/toolz/pint layout, run against the source
+tree); top-level ``test_*.py`` files. Test files are those matching the config's
 ``python_files`` (pytest's default otherwise) plus ``unittest`` modules under the test paths that do not
 match it (``tests/tests.py``), which are handed to pytest by name. Modules that hold only doctests are
 left out with a reason; a project whose whole suite is doctests, or that ships none, is a
@@ -162,7 +163,8 @@ def find_layout(files: Mapping[str, bytes], recipe: Recipe, spec: PackageSpec) -
     tests, skipped = _test_files(files, paths, config)
     sources = tuple(sorted(
         p for p in files if p.endswith(".py") and any(_under(p, r) for r in roots) and p not in tests
-        and not any(fnmatch.fnmatchcase(p, g) for g in recipe.skip_source) and not _TEST_PART.search(p)))
+        and not any(fnmatch.fnmatchcase(p, g) for g in recipe.skip_source) and not _TEST_PART.search(p)
+        and not any(_under(p, t) for t in paths)))  # helpers in a test folder (pint/testsuite) are no code
     if not tests:
         raise TaskFactoryError(_no_suite(spec, files, config, paths, skipped))
     if not sources:
@@ -184,13 +186,24 @@ def _test_paths(files: Mapping[str, bytes], recipe: Recipe, config: PytestConfig
     top = tuple(t for t in TEST_DIRS if any(p.startswith(f"{t}/") and p.endswith(".py") for p in files))
     if top:
         return top, f"{top[0]}/"
-    inside = sorted({p.rsplit("/", 1)[0] for p in files if p.endswith(".py") and "/" in p
-                     and p.rsplit("/", 2)[-2] in TEST_DIRS and any(_under(p, r) for r in roots)})
+    # a test folder inside the package: named like one (tests/, test/, testing/, testsuite/, unit_tests/)
+    # and holding test modules by the project's python_files (absl/testing, a test framework, holds none)
+    inside = sorted({d for p in files if _matches(p, config.python_files) and any(_under(p, r) for r in roots)
+                     and (d := _inner_test_dir(p)) is not None})
     outermost = tuple(d for d in inside if not any(d != o and _under(d, o) for o in inside))
     if outermost:
         return outermost, "in-package"
     loose = tuple(p for p in files if "/" not in p and (_matches(p, config.python_files) or p == "tests.py"))
     return loose, "top-level test files" if loose else ""
+
+
+def _inner_test_dir(path: str) -> str | None:
+    """The outermost folder of ``path`` below its top folder named like a test folder, if any."""
+    parts = path.split("/")[:-1]
+    for i, name in enumerate(parts[1:], 1):
+        if name in TEST_DIRS or name.startswith("test") or name.endswith("tests"):
+            return "/".join(parts[: i + 1])
+    return None
 
 
 def _expand(files: Mapping[str, bytes], pattern: str) -> set[str]:
@@ -252,7 +265,8 @@ def _no_suite(spec: PackageSpec, files: Mapping[str, bytes], config: PytestConfi
     if config.doctests or doctest_files or any("doctest" in why for _, why in skipped):
         return (f"{spec}: doctest-only suite (its tests are examples in docstrings or text files, which "
                 f"change with the code they test): skipped; {fix}")
-    where = ", ".join(paths) if paths else "no tests/, test/, testing/ or pkg/tests/ folder, no test_*.py"
+    where = ", ".join(paths) if paths else ("no tests/, test/, testing/ folder, no test folder inside the "
+                                            "package (pkg/tests/, pkg/testsuite/), no test_*.py")
     return f"{spec}: the sdist ships no tests ({where}); the factory needs the project's test suite: {fix}"
 
 

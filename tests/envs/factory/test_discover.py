@@ -41,6 +41,27 @@ def test_nested_in_package_test_folders_networkx_layout() -> None:
                                   "nx/graph.py")
 
 
+def test_test_folders_by_other_names_pint_layout() -> None:
+    found = layout({"pint/__init__.py": b"", "pint/registry.py": b"x = 1\n", "pint/testing.py": b"y = 2\n",
+                    "pint/testsuite/__init__.py": b"", "pint/testsuite/helpers.py": b"z = 3\n",
+                    "pint/testsuite/test_registry.py": TEST, "pint/util/__init__.py": b"",
+                    "pint/util/unit_tests/cases/test_deep.py": TEST})
+    assert found.origin == "in-package" and found.in_package
+    assert found.test_paths == ("pint/testsuite", "pint/util/unit_tests")
+    assert found.test_files == ("pint/testsuite/test_registry.py", "pint/util/unit_tests/cases/test_deep.py")
+    # the suite's helpers are not code to mutate; a module merely named testing is
+    assert found.source_files == ("pint/__init__.py", "pint/registry.py", "pint/testing.py",
+                                  "pint/util/__init__.py")
+
+
+def test_a_test_framework_inside_the_package_is_no_suite() -> None:
+    """absl-py ships absl/testing (its test framework: TestCase subclasses, no tests) and no test suite."""
+    framework = b"import unittest\n\nclass TestCase(unittest.TestCase):\n    maxDiff = None\n"
+    with pytest.raises(TaskFactoryError, match="the sdist ships no tests"):
+        layout({"absl/__init__.py": b"", "absl/app.py": b"x = 1\n", "absl/testing/__init__.py": b"",
+                "absl/testing/absltest.py": framework, "absl/testing/parameterized.py": b"y = 2\n"})
+
+
 def test_testpaths_and_python_files_from_pyproject() -> None:
     pyproject = b'[tool.pytest.ini_options]\ntestpaths = ["checks"]\npython_files = ["check_*.py"]\n'
     found = layout({"pyproject.toml": pyproject, "pkg/__init__.py": b"x = 1\n", "checks/check_a.py": TEST,
