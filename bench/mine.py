@@ -58,6 +58,7 @@ def main() -> None:
     ap.add_argument("--packages-file", type=Path, help="mine a catalogue of these NAME==VERSION lines")
     ap.add_argument("--catalogue", type=Path, default=Path("out/catalogue"))
     ap.add_argument("--summarize", action="store_true", help="write the catalogue's figures so far, no run")
+    ap.add_argument("--retry-skipped", action="store_true", help="try projects recorded skipped again")
     args = ap.parse_args()
     if args.packages_file is not None:
         run_catalogue(args)
@@ -134,7 +135,8 @@ def run_catalogue(args: argparse.Namespace) -> None:
             print(f"[{now:6.0f}s] {ev.stage} {ev.package} {ev.done} {ev.detail}", flush=True)
 
     try:
-        asyncio.run(catalogue(config, progress=on_progress, on_project=lambda entry: write()))
+        asyncio.run(catalogue(config, progress=on_progress, on_project=lambda entry: write(),
+                              retry_skipped=args.retry_skipped))
     finally:
         write(final=True)
 

@@ -60,6 +60,9 @@ def mine_command(
     recipes: Annotated[
         Path | None, typer.Option("--recipes", help="Recipe table (default: the factory's recipes.toml).")
     ] = None,
+    retry_skipped: Annotated[bool, typer.Option(
+        "--retry-skipped", help="With --packages-file: try projects recorded skipped again (an upgrade).")
+    ] = False,
 ) -> None:
     """Mine SWE-bench-style tasks from PyPI sdists by AST mutation; every row is validated by the harness."""
     from envfarm.envs.code_repair.factory.catalogue import catalogue, read_packages_file
@@ -87,7 +90,7 @@ def mine_command(
             _advance(bar, tasks, ev)
 
         if packages_file is not None:
-            book = asyncio.run(catalogue(config, progress=on_progress))
+            book = asyncio.run(catalogue(config, progress=on_progress, retry_skipped=retry_skipped))
             _print_catalogue(book)
             figures = (book.out / "catalogue.json").read_text()
         else:

@@ -138,9 +138,12 @@ class Catalogue:
             data = json.loads(self.path.read_text(encoding="utf-8"))
             self.entries = {p["package"]: ProjectEntry(**p) for p in data.get("projects", [])}
 
-    def reusable(self, package: str, settings: dict[str, Any]) -> ProjectEntry | None:
+    def reusable(self, package: str, settings: dict[str, Any],
+                 retry_skipped: bool = False) -> ProjectEntry | None:
         entry = self.entries.get(package)
         if entry is None or entry.status == "failed" or entry.settings != settings:
+            return None
+        if entry.status == "skipped" and retry_skipped:
             return None
         if entry.status == "done" and not (self.folder / entry.file).is_file():
             return None
@@ -163,8 +166,10 @@ class Catalogue:
 
 
 async def catalogue(config: MineConfig, progress: ProgressFn | None = None,
-                    on_project: Callable[[ProjectEntry], None] | None = None) -> CatalogueReport:
-    """Mine every package of ``config`` into the folder ``config.out``; see the module docstring."""
+                    on_project: Callable[[ProjectEntry], None] | None = None,
+                    retry_skipped: bool = False) -> CatalogueReport:
+    """Mine every package of ``config`` into the folder ``config.out``; see the module docstring.
+    ``retry_skipped``: projects recorded ``skipped`` are tried again (after an envfarm upgrade)."""
     if config.out.suffix == ".jsonl":
         raise ConfigError(f"--out {config.out}: with --packages-file, --out is a folder (one JSONL per "
                           "project plus catalogue.json)")
@@ -177,7 +182,7 @@ async def catalogue(config: MineConfig, progress: ProgressFn | None = None,
 
     async def one(package: str) -> None:
         settings = settings_of(config, package)
-        if (entry := book.reusable(package, settings)) is not None:
+        if (entry := book.reusable(package, settings, retry_skipped)) is not None:
             emit(Progress("cached", package, entry.tasks, entry.tasks, detail=entry.status))
             return
         async with slots:

@@ -6,7 +6,10 @@
 The environment image is the harness's own env image (``harness.images.build_env`` on the spec this
 writes to ``work/specs``), so mining and validation run the tests in the same environment. The baseline
 runs the whole suite twice; only tests that pass both times count (flaky tests never become
-FAIL_TO_PASS or PASS_TO_PASS).
+FAIL_TO_PASS or PASS_TO_PASS). When no test passes because pytest stopped at modules it could not import
+(dill's suite is written to run as scripts: some of its modules import their siblings by bare name), the
+baseline runs once more with ``--continue-on-collection-errors``, which then stays in the test command of
+the project's spec and rows: the modules that import are mined, the others never pass.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import re
 import shlex
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from envfarm.errors import BackendUnavailable, ImageError, SandboxError, TaskFactoryError, tail
@@ -40,6 +43,8 @@ log = logging.getLogger(__name__)
 PYTEST = "python -m pytest -rA -p no:cacheprovider -o addopts= --tb=short"
 HARNESS_TIMEOUT_S = 600.0
 """The harness's test timeout written into the specs (fixed, so the rows do not depend on timings)."""
+CONTINUE_ON_COLLECTION_ERRORS = "--continue-on-collection-errors"
+_COLLECTION_STOPPED = re.compile(r"Interrupted: \d+ errors? during collection")
 BASELINE_TIMEOUT_S = 600.0
 """A baseline run not finished by then fails the project (a hanging test, or a suite too slow to mine: every
 mutant would run a fraction of it); it is not run a second time."""
@@ -112,7 +117,21 @@ async def prepare(spec: PackageSpec, work: WorkFolder, backend: Backend, find_li
                   recipes_file: Path = RECIPES_FILE) -> Prepared:
     """Download, inspect, build the env image and run the baseline (cached in the work folder)."""
     found = await asyncio.to_thread(infer, spec, work.sdists, find_links, recipes_file)
-    recipe, layout, sd = found.recipe, found.layout, found.sdist
+    try:
+        return await _prepare(found, work, backend)
+    except _CollectionStopped:
+        log.warning("%s: pytest stopped at test modules it cannot import; running the others (%s)", spec,
+                    CONTINUE_ON_COLLECTION_ERRORS)
+        more = replace(found, test_cmd=f"{found.test_cmd} {CONTINUE_ON_COLLECTION_ERRORS}")
+        return await _prepare(more, work, backend)
+
+
+class _CollectionStopped(TaskFactoryError):
+    """No test passed because pytest stopped the session at modules it could not collect."""
+
+
+async def _prepare(found: Inferred, work: WorkFolder, backend: Backend) -> Prepared:
+    spec, recipe, layout, sd = found.spec, found.recipe, found.layout, found.sdist
     project, built = await _environment(found, work)
     env_recipe = project.env
     env = env_recipe.env
@@ -140,6 +159,9 @@ async def prepare(spec: PackageSpec, work: WorkFolder, backend: Backend, find_li
                                f"{tail(cached.get('log_tail', ''))}\nfix: leave the hanging test files out "
                                f'(ignore = [...] under [packages."{spec.name}"] in the recipe file)')
     passing = tuple(cached["passing"])
+    if not passing and CONTINUE_ON_COLLECTION_ERRORS not in found.test_cmd and _COLLECTION_STOPPED.search(
+            str(cached.get("log_tail", ""))):
+        raise _CollectionStopped(f"{spec}: pytest stopped at collection errors")
     if not passing:
         raise TaskFactoryError(f"{spec}: no test of the sdist passes in its environment; the log ends:\n"
                                f"{tail(cached.get('log_tail', ''))}\nfix: add the missing test dependencies "

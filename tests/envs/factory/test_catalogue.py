@@ -82,6 +82,10 @@ def test_one_failure_never_stops_the_others_and_a_rerun_resumes(tmp_path: Path,
     assert [p.status for p in again.projects] == ["done", "skipped", "done"] and again.tasks == 6
 
     calls.clear()
+    asyncio.run(cat.catalogue(config, retry_skipped=True))  # after an upgrade: the skipped project again
+    assert calls == ["notests"]
+
+    calls.clear()
     asyncio.run(cat.catalogue(config.model_copy(update={"max_tasks": 5})))
     assert sorted(calls) == ["crashy", "good", "notests"]  # other settings: every project again
 

@@ -155,6 +155,36 @@ def test_a_hanging_suite_is_named_as_such(mined: tuple[Path, Path], monkeypatch:
     assert "did not finish within 8s" in text and 'ignore = [...] under [packages."envfarm-hangs"]' in text
 
 
+async def test_modules_pytest_cannot_import_leave_the_rest_of_the_suite(mined: tuple[Path, Path]) -> None:
+    """dill's layout: a test module that imports a sibling by bare name stops pytest's whole session at
+    collection; the baseline runs again with --continue-on-collection-errors and the other modules count."""
+    from envfarm.envs.code_repair.factory.prepare import CONTINUE_ON_COLLECTION_ERRORS, prepare
+    from envfarm.envs.code_repair.factory.sdist import parse_spec
+    from envfarm.envs.code_repair.factory.state import WorkFolder
+    from envfarm.sandbox import get_backend
+
+    root, _ = mined
+    name = "envfarm-halfbroken"
+    pyproject = FILES["pyproject.toml"].replace(NAME, name).replace(VERSION, "1.0")
+    write_sdist(root / "index", {"pyproject.toml": pyproject.replace("tinycalc", "halfbroken"),
+                                 "halfbroken/__init__.py": "def double(x):\n    return 2 * x\n",
+                                 "tests/test_ok.py": "from halfbroken import double\n\n\ndef test_double():\n"
+                                                     "    assert double(2) == 4\n",
+                                 "tests/test_sibling.py": "import helper_by_bare_name\n\n\ndef test_x():\n"
+                                                          "    assert helper_by_bare_name\n"},
+                name, "1.0")
+    work = WorkFolder(root / "halfbroken" / "t.jsonl")
+    backend = get_backend("docker")
+    try:
+        p = await prepare(parse_spec(f"{name}==1.0"), work, backend, [root / "index"])
+    finally:
+        await backend.aclose()
+    assert p.passing == ("tests/test_ok.py::test_double",)
+    assert p.project.env.test_cmd.endswith(CONTINUE_ON_COLLECTION_ERRORS)
+    spec = next(work.specs.glob("*halfbroken*.toml")).read_text()
+    assert CONTINUE_ON_COLLECTION_ERRORS in spec  # the harness runs the rows with it too
+
+
 async def test_a_known_mutant_gives_the_expected_test_lists(mined: tuple[Path, Path]) -> None:
     from envfarm.envs.code_repair.factory.mine import judge
     from envfarm.envs.code_repair.factory.mutate import mutations
