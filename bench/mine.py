@@ -129,10 +129,16 @@ def run_catalogue(args: argparse.Namespace) -> None:
     config = MineConfig(packages=packages, out=args.catalogue, max_tasks=args.max_tasks, jobs=args.jobs,
                         backend=args.backend, validate_workers=2)
 
+    shown: dict[str, float] = {}
+
     def on_progress(ev: Progress) -> None:
+        now = time.monotonic() - t0
         if ev.stage in ("prepare", "project", "cached"):
-            now = time.monotonic() - t0
             print(f"[{now:6.0f}s] {ev.stage} {ev.package} {ev.done} {ev.detail}", flush=True)
+        elif ev.stage in ("mutants", "validate") and now - shown.get(ev.package, -60.0) >= 60:
+            shown[ev.package] = now  # a line a minute per project: where the long ones are
+            kept = f" kept {ev.kept}" if ev.stage == "mutants" else ""
+            print(f"[{now:6.0f}s] {ev.stage} {ev.package} {ev.done}/{ev.total}{kept}", flush=True)
 
     try:
         asyncio.run(catalogue(config, progress=on_progress, on_project=lambda entry: write(),
