@@ -164,7 +164,7 @@ def find_layout(files: Mapping[str, bytes], recipe: Recipe, spec: PackageSpec) -
     sources = tuple(sorted(
         p for p in files if p.endswith(".py") and any(_under(p, r) for r in roots) and p not in tests
         and not any(fnmatch.fnmatchcase(p, g) for g in recipe.skip_source) and not _TEST_PART.search(p)
-        and not any(_under(p, t) for t in paths)))  # helpers in a test folder (pint/testsuite) are no code
+        and _inner_test_dir(p) is None))  # helpers in a test folder (pint/testsuite) are no code
     if not tests:
         raise TaskFactoryError(_no_suite(spec, files, config, paths, skipped))
     if not sources:

@@ -54,6 +54,16 @@ def test_test_folders_by_other_names_pint_layout() -> None:
                                   "pint/util/__init__.py")
 
 
+def test_testpaths_naming_the_package_itself_mpmath_layout() -> None:
+    pyproject = b"[tool.pytest.ini_options]\ntestpaths = ['mpmath', 'docs']\n"
+    found = layout({"pyproject.toml": pyproject, "mpmath/__init__.py": b"", "mpmath/ctx.py": b"x = 1\n",
+                    "mpmath/libmp/__init__.py": b"", "mpmath/libmp/gammazeta.py": b"y = 2\n",
+                    "mpmath/tests/__init__.py": b"", "mpmath/tests/test_ctx.py": TEST})
+    assert found.origin == "testpaths (pyproject.toml)" and found.test_files == ("mpmath/tests/test_ctx.py",)
+    assert found.source_files == ("mpmath/__init__.py", "mpmath/ctx.py", "mpmath/libmp/__init__.py",
+                                  "mpmath/libmp/gammazeta.py")  # the package is code, its tests/ are not
+
+
 def test_a_test_framework_inside_the_package_is_no_suite() -> None:
     """absl-py ships absl/testing (its test framework: TestCase subclasses, no tests) and no test suite."""
     framework = b"import unittest\n\nclass TestCase(unittest.TestCase):\n    maxDiff = None\n"
