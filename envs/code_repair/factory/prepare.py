@@ -9,7 +9,9 @@ runs the whole suite twice; only tests that pass both times count (flaky tests n
 FAIL_TO_PASS or PASS_TO_PASS). When no test passes because pytest stopped at modules it could not import
 (dill's suite is written to run as scripts: some of its modules import their siblings by bare name), the
 baseline runs once more with ``--continue-on-collection-errors``, which then stays in the test command of
-the project's spec and rows: the modules that import are mined, the others never pass.
+the project's spec and rows: the modules that import are mined, the others never pass. Likewise a mark of a
+plugin the factory leaves out (pytest-cov's ``no_cover``) under the project's ``filterwarnings = error``
+(python-dateutil): ``-W ignore::pytest.PytestUnknownMarkWarning`` (:data:`RERUNS`).
 """
 
 from __future__ import annotations
@@ -44,7 +46,15 @@ PYTEST = "python -m pytest -rA -p no:cacheprovider -o addopts= --tb=short"
 HARNESS_TIMEOUT_S = 600.0
 """The harness's test timeout written into the specs (fixed, so the rows do not depend on timings)."""
 CONTINUE_ON_COLLECTION_ERRORS = "--continue-on-collection-errors"
-_COLLECTION_STOPPED = re.compile(r"Interrupted: \d+ errors? during collection")
+UNKNOWN_MARKS = "-W ignore::pytest.PytestUnknownMarkWarning"
+RERUNS = (
+    (re.compile(r"Interrupted: \d+ errors? during collection"), CONTINUE_ON_COLLECTION_ERRORS,
+     "pytest stopped at test modules it cannot import; running the others"),
+    (re.compile(r"PytestUnknownMarkWarning"), UNKNOWN_MARKS,
+     "a mark of a plugin left out (pytest-cov's no_cover) is an error under the project's filterwarnings"),
+)
+"""When no test passes and the baseline log shows the pattern: the argument the test command gets for
+another baseline (each at most once), and why."""
 BASELINE_TIMEOUT_S = 600.0
 """A baseline run not finished by then fails the project (a hanging test, or a suite too slow to mine: every
 mutant would run a fraction of it); it is not run a second time."""
@@ -117,17 +127,20 @@ async def prepare(spec: PackageSpec, work: WorkFolder, backend: Backend, find_li
                   recipes_file: Path = RECIPES_FILE) -> Prepared:
     """Download, inspect, build the env image and run the baseline (cached in the work folder)."""
     found = await asyncio.to_thread(infer, spec, work.sdists, find_links, recipes_file)
-    try:
-        return await _prepare(found, work, backend)
-    except _CollectionStopped:
-        log.warning("%s: pytest stopped at test modules it cannot import; running the others (%s)", spec,
-                    CONTINUE_ON_COLLECTION_ERRORS)
-        more = replace(found, test_cmd=f"{found.test_cmd} {CONTINUE_ON_COLLECTION_ERRORS}")
-        return await _prepare(more, work, backend)
+    while True:
+        try:
+            return await _prepare(found, work, backend)
+        except _Rerun as e:
+            log.warning("%s: %s (%s)", spec, e.why, e.argument)
+            found = replace(found, test_cmd=f"{found.test_cmd} {e.argument}")
 
 
-class _CollectionStopped(TaskFactoryError):
-    """No test passed because pytest stopped the session at modules it could not collect."""
+class _Rerun(TaskFactoryError):
+    """No test passed for a reason one more pytest argument fixes (:data:`RERUNS`)."""
+
+    def __init__(self, argument: str, why: str) -> None:
+        super().__init__(why)
+        self.argument, self.why = argument, why
 
 
 async def _prepare(found: Inferred, work: WorkFolder, backend: Backend) -> Prepared:
@@ -159,9 +172,9 @@ async def _prepare(found: Inferred, work: WorkFolder, backend: Backend) -> Prepa
                                f"{tail(cached.get('log_tail', ''))}\nfix: leave the hanging test files out "
                                f'(ignore = [...] under [packages."{spec.name}"] in the recipe file)')
     passing = tuple(cached["passing"])
-    if not passing and CONTINUE_ON_COLLECTION_ERRORS not in found.test_cmd and _COLLECTION_STOPPED.search(
-            str(cached.get("log_tail", ""))):
-        raise _CollectionStopped(f"{spec}: pytest stopped at collection errors")
+    for pattern, argument, why in RERUNS if not passing else ():
+        if argument not in found.test_cmd and pattern.search(str(cached.get("log_tail", ""))):
+            raise _Rerun(argument, why)
     if not passing:
         raise TaskFactoryError(f"{spec}: no test of the sdist passes in its environment; the log ends:\n"
                                f"{tail(cached.get('log_tail', ''))}\nfix: add the missing test dependencies "

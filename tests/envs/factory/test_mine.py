@@ -185,6 +185,36 @@ async def test_modules_pytest_cannot_import_leave_the_rest_of_the_suite(mined: t
     assert CONTINUE_ON_COLLECTION_ERRORS in spec  # the harness runs the rows with it too
 
 
+async def test_a_dropped_plugins_mark_under_filterwarnings_error(mined: tuple[Path, Path]) -> None:
+    """python-dateutil's layout: its conftest marks items with pytest-cov's no_cover (a plugin the factory
+    leaves out) and its config turns warnings into errors: the baseline runs again with that warning off."""
+    from envfarm.envs.code_repair.factory.prepare import UNKNOWN_MARKS, prepare
+    from envfarm.envs.code_repair.factory.sdist import parse_spec
+    from envfarm.envs.code_repair.factory.state import WorkFolder
+    from envfarm.sandbox import get_backend
+
+    root, _ = mined
+    name = "envfarm-marked"
+    pyproject = FILES["pyproject.toml"].replace(NAME, name).replace(VERSION, "1.0")
+    pyproject = pyproject.replace("tinycalc", "marked")
+    conftest = ("import pytest\n\n\ndef pytest_collection_modifyitems(items):\n    for item in items:\n"
+                "        item.add_marker(pytest.mark.no_cover)\n")
+    write_sdist(root / "index", {"pyproject.toml": pyproject + '\n[tool.pytest.ini_options]\n'
+                                 'filterwarnings = ["error"]\n',
+                                 "marked/__init__.py": "def double(x):\n    return 2 * x\n",
+                                 "tests/conftest.py": conftest,
+                                 "tests/test_ok.py": "from marked import double\n\n\ndef test_double():\n"
+                                                     "    assert double(2) == 4\n"},
+                name, "1.0")
+    backend = get_backend("docker")
+    try:
+        p = await prepare(parse_spec(f"{name}==1.0"), WorkFolder(root / "marked" / "t.jsonl"), backend,
+                          [root / "index"])
+    finally:
+        await backend.aclose()
+    assert p.passing == ("tests/test_ok.py::test_double",) and p.project.env.test_cmd.endswith(UNKNOWN_MARKS)
+
+
 async def test_a_known_mutant_gives_the_expected_test_lists(mined: tuple[Path, Path]) -> None:
     from envfarm.envs.code_repair.factory.mine import judge
     from envfarm.envs.code_repair.factory.mutate import mutations
