@@ -28,7 +28,7 @@ from typing import Any
 from envfarm.errors import ConfigError, PackageNotFound, TaskFactoryError
 
 from .mine import MineConfig, PackageReport, Progress, ProgressFn, mine
-from .recipe import normalize, read_recipes
+from .recipe import RecipesFile, read_recipes
 from .repo import OWNER
 from .sdist import parse_spec
 from .sources import CATALOGUE
@@ -111,16 +111,17 @@ def reason_code(error: BaseException) -> str:
     return next((code for code, phrase in REASONS if phrase in text), "error")
 
 
-def settings_of(config: MineConfig, package: str | None = None) -> dict[str, Any]:
+def settings_of(config: MineConfig, package: str | None = None,
+                recipes: RecipesFile | None = None) -> dict[str, Any]:
     """What makes a recorded project reusable by a rerun (other options only change speed): the options, and
     the ``package``'s own recipe table when it has one (a project skipped before an override was written is
-    tried again once it has one)."""
+    tried again once it has one). ``recipes``: the recipe file already read (default: read it)."""
     out: dict[str, Any] = {
         "max_tasks": config.max_tasks, "max_mutants": config.max_mutants, "seed": config.seed,
         "mutations": config.mutations, "harness_check": config.harness_check,
         "validation": CHECKS if config.harness_check else None,
     }
-    own = read_recipes(config.recipes).packages.get(normalize(parse_spec(package).name)) if package else None
+    own = (recipes or read_recipes(config.recipes)).own(parse_spec(package).name) if package else None
     if own is not None:
         out["recipe"] = own.model_dump(exclude_none=True)
     return out
@@ -174,6 +175,7 @@ async def catalogue(config: MineConfig, progress: ProgressFn | None = None,
         raise ConfigError(f"--out {config.out}: with --packages-file, --out is a folder (one JSONL per "
                           "project plus catalogue.json)")
     book = Catalogue(config.out)
+    recipes = read_recipes(config.recipes)  # once: every project's settings include its own table
     order = tuple(config.packages)
     slots = asyncio.Semaphore(config.jobs)
     lock = asyncio.Lock()
@@ -181,7 +183,7 @@ async def catalogue(config: MineConfig, progress: ProgressFn | None = None,
     t0 = time.monotonic()
 
     async def one(package: str) -> None:
-        settings = settings_of(config, package)
+        settings = settings_of(config, package, recipes)
         if (entry := book.reusable(package, settings, retry_skipped)) is not None:
             emit(Progress("cached", package, entry.tasks, entry.tasks, detail=entry.status))
             return

@@ -118,7 +118,7 @@ def infer(spec: PackageSpec, sdists: Path, find_links: Sequence[Path] = (),
     files = unpack(sd)
     layout = find_layout(files, recipe, spec)
     found = deps.dependencies(files, recipe, load_base_recipe().python, layout)
-    own = read_recipes(recipes_file).packages.get(spec.name)
+    own = read_recipes(recipes_file).own(spec.name)
     overrides = tuple(k for k, v in own.model_dump().items() if v is not None) if own else ()
     return Inferred(spec, sd, files, recipe, layout, tuple(found), test_command(recipe, layout), overrides)
 

@@ -55,6 +55,10 @@ class RecipesFile(BaseModel):
     defaults: RecipeTable = RecipeTable()
     packages: dict[str, RecipeTable] = {}
 
+    def own(self, name: str) -> RecipeTable | None:
+        """Package ``name``'s own table (any spelling of the name), None when it has none."""
+        return self.packages.get(normalize(name))
+
 
 @dataclass(frozen=True)
 class Recipe:
@@ -91,7 +95,7 @@ def load_recipe(name: str, path: Path = RECIPES_FILE) -> Recipe:
     """The recipe of package ``name``: its table over the defaults."""
     data = read_recipes(path)
     base = data.defaults
-    own = data.packages.get(normalize(name), RecipeTable())
+    own = data.own(name) or RecipeTable()
     return Recipe(
         pytest=own.pytest or base.pytest or "pytest",
         packages=tuple((base.packages or []) + (own.packages or [])),
