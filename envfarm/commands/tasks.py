@@ -53,6 +53,9 @@ def mine_command(
                                       "projects at once, one sandbox each).")] = 2,
     validate_workers: Annotated[int, typer.Option("--validate-workers", min=1, help="Harness workers.")] = 4,
     no_validate: Annotated[bool, typer.Option("--no-validate", help="Skip harness validation.")] = False,
+    no_coverage: Annotated[bool, typer.Option(
+        "--no-coverage", help="Choose each mutant's test files by name only (default: the files that run its "
+        "lines, from one run of the suite under coverage).")] = False,
     find_links: Annotated[
         list[Path] | None, typer.Option("--find-links", help="Sdists from this folder instead of PyPI.")
     ] = None,
@@ -75,7 +78,8 @@ def mine_command(
         config = MineConfig(packages=packages, out=out, max_tasks=max_tasks, max_mutants=max_mutants,
                             seed=seed, mutations=mutations, backend=backend, jobs=jobs,
                             validate_workers=validate_workers,
-                            harness_check=not no_validate, find_links=tuple(find_links or ()),
+                            harness_check=not no_validate, coverage=not no_coverage,
+                            find_links=tuple(find_links or ()),
                             **({"recipes": recipes} if recipes is not None else {}))
     except ValidationError as e:
         first = e.errors()[0]

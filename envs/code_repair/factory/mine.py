@@ -32,6 +32,7 @@ from envfarm.sandbox import Backend, get_backend
 from envfarm.sandbox.values import IMAGE_BACKEND
 
 from . import repo as repo_mod
+from .covmap import mutation_lines
 from .mutate import Mutation, combine, distinct, sites
 from .prepare import Prepared, prepare, test_files_for
 from .recipe import RECIPES_FILE
@@ -80,6 +81,9 @@ class MineConfig(BaseModel):
     """Download sdists from these folders instead of PyPI (offline tests)."""
     recipes: Path = RECIPES_FILE
     """The recipe table (per-project test dependency and test selection overrides)."""
+    coverage: bool = True
+    """Run each mutant only on the test files that execute its lines, and skip mutants on lines no passing
+    test executes (one run of the suite under coverage per package); off: test files chosen by name."""
 
 
 @dataclass(frozen=True)
@@ -272,7 +276,7 @@ class _Miner:
                     emit: ProgressFn) -> _Miner:
         emit(Progress("prepare", spec.name, detail="sdist, test environment, baseline"))
         t0 = time.monotonic()
-        prepared = await prepare(spec, work, backend, config.find_links, config.recipes)
+        prepared = await prepare(spec, work, backend, config.find_links, config.recipes, config.coverage)
         # a thread: finding and checking candidates parses every source file (seconds on a large project)
         return await asyncio.to_thread(cls, prepared, config, work, backend, emit, time.monotonic() - t0)
 
@@ -415,8 +419,16 @@ class _Miner:
         p = self.prepared
         original = p.project.files[m.file]
         files = test_files_for(m.file, self.passing_files, p.project.files)
-        run = await session.run_mutant(m.file, m.apply(original), original, files, p.mutant_timeout_s)
-        return judge(m, run, files, p)
+        ran, timeout = files, p.mutant_timeout_s
+        if p.coverage is not None:
+            lines = await asyncio.to_thread(mutation_lines, original, m.start, m.end, m.line)
+            chosen = p.coverage.select(m.file, lines)
+            if chosen == ():
+                return Outcome(m.id, "uncovered")
+            if chosen is not None:
+                ran, timeout = chosen, p.timeout_for(chosen)
+        run = await session.run_mutant(m.file, m.apply(original), original, ran, timeout)
+        return judge(m, run, sorted({*files, *ran}), p, ran)
 
     def rows(self) -> list[dict[str, Any]]:
         """Rows of the kept mutants (the repository is written to the work folder)."""
@@ -451,14 +463,17 @@ class _Miner:
                              len(p.layout.test_files))
 
 
-def judge(m: Mutation, run: TestRun, files: Sequence[str], p: Prepared) -> Outcome:
-    """Keep a mutant when some baseline tests of the run fail and the others pass."""
+def judge(m: Mutation, run: TestRun, files: Sequence[str], p: Prepared,
+          ran: Sequence[str] | None = None) -> Outcome:
+    """Keep a mutant when some baseline tests of ``files`` fail and the others pass. Only the ``ran`` files
+    (default: all) ran: coverage showed the others never reach the edit, so they count as passing."""
     stats = dict(exit_code=run.exit_code, duration_s=round(run.duration_s, 3))
     if run.timed_out:
         return Outcome(m.id, "timeout", **stats)  # type: ignore[arg-type]
-    chosen = set(files)
+    chosen, run_files = set(files), set(files if ran is None else ran)
     selected = [t for t in p.passing if t.split("::", 1)[0] in chosen]
-    failing = tuple(t for t in selected if run.statuses.get(t) != "PASSED")
+    failing = tuple(t for t in selected
+                    if t.split("::", 1)[0] in run_files and run.statuses.get(t) != "PASSED")
     if not failing:
         return Outcome(m.id, "survived", **stats)  # type: ignore[arg-type]
     if len(failing) == len(selected):

@@ -32,7 +32,8 @@ from envfarm.harness.images import BuiltImage, build_env
 from envfarm.sandbox import Backend
 from envfarm.sandbox.recipes import load_base_recipe
 
-from . import deps
+from . import covmap, deps
+from .covmap import CoverageMap
 from .discover import Layout, find_layout
 from .recipe import RECIPES_FILE, Recipe, load_recipe, read_recipes
 from .repo import EnvRecipe, Project, make_project, write_spec
@@ -55,6 +56,7 @@ RERUNS = (
 )
 """When no test passes and the baseline log shows the pattern: the argument the test command gets for
 another baseline (each at most once), and why."""
+BASELINE_FILE, COVERAGE_FILE = "baseline.json", "coverage.json"
 BASELINE_TIMEOUT_S = 600.0
 """A baseline run not finished by then fails the project (a hanging test, or a suite too slow to mine: every
 mutant would run a fraction of it); it is not run a second time."""
@@ -74,12 +76,21 @@ class Prepared:
     stamp: str
     """Identifies the baseline (sdist, environment, command); cached outcomes are reused only under it."""
     env: Mapping[str, str]
+    coverage: CoverageMap | None = None
+    """Which test files run which lines (None: not measured, or the run failed; files chosen by name)."""
 
     @property
     def mutant_timeout_s(self) -> float:
         if self.recipe.timeout_s:
             return self.recipe.timeout_s
         return max(self.recipe.min_timeout_s, 4.0 * self.baseline_s)
+
+    def timeout_for(self, files: Sequence[str]) -> float:
+        """The timeout of a mutant run on ``files`` chosen by coverage (scaled to their time); the recipe's
+        or the whole suite's otherwise."""
+        if self.recipe.timeout_s or self.coverage is None:
+            return self.mutant_timeout_s
+        return self.coverage.timeout_s(files, self.recipe.min_timeout_s, self.mutant_timeout_s)
 
 
 def test_command(recipe: Recipe, layout: Layout | None = None) -> str:
@@ -124,12 +135,14 @@ def infer(spec: PackageSpec, sdists: Path, find_links: Sequence[Path] = (),
 
 
 async def prepare(spec: PackageSpec, work: WorkFolder, backend: Backend, find_links: Sequence[Path] = (),
-                  recipes_file: Path = RECIPES_FILE) -> Prepared:
-    """Download, inspect, build the env image and run the baseline (cached in the work folder)."""
+                  recipes_file: Path = RECIPES_FILE, coverage: bool = True) -> Prepared:
+    """Download, inspect, build the env image, run the baseline and (``coverage``) the suite under coverage;
+    all cached in the work folder."""
     found = await asyncio.to_thread(infer, spec, work.sdists, find_links, recipes_file)
     while True:
         try:
-            return await _prepare(found, work, backend)
+            p = await _prepare(found, work, backend)
+            return replace(p, coverage=await _coverage(p, work, backend)) if coverage else p
         except _Rerun as e:
             log.warning("%s: %s (%s)", spec, e.why, e.argument)
             found = replace(found, test_cmd=f"{found.test_cmd} {e.argument}")
@@ -150,7 +163,7 @@ async def _prepare(found: Inferred, work: WorkFolder, backend: Backend) -> Prepa
     env = env_recipe.env
     stamp = hashlib.sha256("\0".join([sd.sha256, built.tag, env_recipe.test_cmd, *layout.test_paths])
                            .encode()).hexdigest()[:16]
-    cached = work.read_baseline(project.key, stamp)
+    cached = work.read_stamped(project.key, BASELINE_FILE, stamp)
     for attempt in (1, 2):
         if cached is not None:
             break
@@ -163,7 +176,7 @@ async def _prepare(found: Inferred, work: WorkFolder, backend: Backend) -> Prepa
             continue
         if not cached.get("timed_out"):  # not kept: a rerun (less load, a recipe) tries again
             cached["stamp"] = stamp
-            work.write_baseline(project.key, cached)
+            work.write_stamped(project.key, BASELINE_FILE, cached)
     assert cached is not None
     if cached.get("timed_out"):
         raise TaskFactoryError(f"{spec}: the baseline test run did not finish within "
@@ -180,6 +193,22 @@ async def _prepare(found: Inferred, work: WorkFolder, backend: Backend) -> Prepa
                                f"{tail(cached.get('log_tail', ''))}\nfix: add the missing test dependencies "
                                f'(packages = [...] under [packages."{spec.name}"] in the recipe file)')
     return Prepared(project, recipe, layout, built.tag, passing, float(cached["duration_s"]), stamp, env)
+
+
+async def _coverage(p: Prepared, work: WorkFolder, backend: Backend) -> CoverageMap | None:
+    """The project's coverage map, measured once per baseline stamp (a failed measurement is cached too:
+    the miner then chooses test files by name)."""
+    key = p.project.key
+    cached = work.read_stamped(key, COVERAGE_FILE, p.stamp)
+    if cached is None:
+        found, why = await covmap.measure(p.project, p.layout.test_paths, p.image, backend, p.env, p.passing,
+                                          p.layout.source_files, p.baseline_s)
+        cached = covmap.to_cache(found, why, p.stamp)
+        work.write_stamped(key, COVERAGE_FILE, cached)
+    found, why = covmap.from_cache(cached)
+    if found is None:
+        log.warning("%s: test files are chosen by name, not by coverage: %s", p.project.spec, why)
+    return found
 
 
 async def _environment(found: Inferred, work: WorkFolder) -> tuple[Project, BuiltImage]:

@@ -2,6 +2,7 @@
 
     work/sdists/                      downloaded sdists (checked by sha256)
     work/<pypi__name>/baseline.json   the tests that passed twice, keyed by what produced them
+    work/<pypi__name>/coverage.json   which test files run which source lines (covmap), same key
     work/<pypi__name>/mutants.jsonl   one line per mutant tried (append-only; a rerun skips these)
     work/repos/, work/specs/          the git repositories and environment specs of the rows
     work/harness/                     the harness's validation run (it resumes by run id)
@@ -28,7 +29,7 @@ class Outcome:
     id: str
     verdict: str
     """``kept``, ``survived`` (no test failed), ``broken`` (every selected test failed), ``timeout``,
-    ``crashed`` (it took its sandbox down twice)."""
+    ``crashed`` (it took its sandbox down twice), ``uncovered`` (no passing test runs its lines: not run)."""
     fail_to_pass: tuple[str, ...] = ()
     pass_to_pass: tuple[str, ...] = ()
     hidden: tuple[str, ...] = ()
@@ -67,15 +68,17 @@ class WorkFolder:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def read_baseline(self, key: str, stamp: str) -> dict[str, Any] | None:
-        path = self.project(key) / "baseline.json"
+    def read_stamped(self, key: str, name: str, stamp: str) -> dict[str, Any] | None:
+        """The project's JSON file ``name`` (``baseline.json``, ``coverage.json``) when written under
+        ``stamp``."""
+        path = self.project(key) / name
         if not path.is_file():
             return None
         data = json.loads(path.read_text(encoding="utf-8"))
         return data if data.get("stamp") == stamp else None
 
-    def write_baseline(self, key: str, data: Mapping[str, Any]) -> None:
-        write_atomic(self.project(key) / "baseline.json", json.dumps(data, indent=1, sort_keys=True))
+    def write_stamped(self, key: str, name: str, data: Mapping[str, Any]) -> None:
+        write_atomic(self.project(key) / name, json.dumps(data, indent=1, sort_keys=True))
 
     def read_outcomes(self, key: str, stamp: str) -> dict[str, Outcome]:
         """Finished mutants of a project (only those tried under the same baseline ``stamp``)."""

@@ -246,6 +246,75 @@ async def test_a_known_mutant_gives_the_expected_test_lists(mined: tuple[Path, P
         await backend.aclose()
 
 
+COVERED = {
+    "covered/__init__.py": "",
+    "covered/ops.py": ("def inc(x):\n    return x + 1\n\n\ndef dec(x):\n    return x - 1\n\n\n"
+                       "def unused(x):\n    return (x *\n            2)\n\n\nLIMIT = 3\n"),
+    "tests/test_inc.py": ("from covered.ops import inc\n\n\ndef test_inc():\n    assert inc(1) == 2\n\n\n"
+                          "def test_zero():\n    assert inc(-1) == 0\n\n\ndef test_name():\n"
+                          "    assert inc.__name__ == 'inc'\n"),
+    "tests/test_dec.py": "from covered.ops import dec\n\n\ndef test_dec():\n    assert dec(1) == 0\n",
+    "tests/test_limit.py": "from covered import ops\n\n\ndef test_limit():\n    assert ops.LIMIT == 3\n",
+}
+
+
+async def test_coverage_runs_a_mutant_on_the_test_files_that_reach_it(mined: tuple[Path, Path],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The suite runs once under coverage (pytest-cov uploaded into the sandbox): a mutant runs only the test
+    files that execute its lines, a line run at import goes to the name heuristic, an unreached one is not
+    run; the map is cached with the baseline."""
+    from envfarm.envs.code_repair.factory import covmap
+    from envfarm.envs.code_repair.factory.mine import judge
+    from envfarm.envs.code_repair.factory.mutate import mutations
+    from envfarm.envs.code_repair.factory.prepare import prepare
+    from envfarm.envs.code_repair.factory.runner import TestSession
+    from envfarm.envs.code_repair.factory.sdist import parse_spec
+    from envfarm.envs.code_repair.factory.state import WorkFolder
+    from envfarm.sandbox import get_backend
+
+    root, _ = mined
+    name = "envfarm-covered"
+    pyproject = FILES["pyproject.toml"].replace(NAME, name).replace(VERSION, "1.0")
+    pyproject = pyproject.replace("tinycalc", "covered")
+    write_sdist(root / "index", {"pyproject.toml": pyproject, **COVERED}, name, "1.0")
+    work = WorkFolder(root / "covered" / "t.jsonl")
+    backend = get_backend("docker")
+    try:
+        p = await prepare(parse_spec(f"{name}==1.0"), work, backend, [root / "index"])
+        cov = p.coverage
+        assert cov is not None and len(p.passing) == 5
+        assert cov.select("covered/ops.py", [2]) == ("tests/test_inc.py",)
+        assert cov.select("covered/ops.py", [6]) == ("tests/test_dec.py",)
+        assert cov.select("covered/ops.py", [10, 11]) == ()  # unused(): no test calls it
+        assert cov.select("covered/ops.py", [1]) is None and cov.select("covered/ops.py", [14]) is None
+        assert set(cov.durations) <= set(cov.files) and "tests/test_inc.py" in cov.durations
+        assert p.recipe.min_timeout_s <= p.timeout_for(["tests/test_dec.py"]) <= p.mutant_timeout_s
+        source = p.project.files["covered/ops.py"]
+        (m,) = [m for m in mutations("covered/ops.py", source) if m.kind == "binop" and m.line == 2]
+        lines = covmap.mutation_lines(source, m.start, m.end, m.line)
+        ran = cov.select(m.file, lines)
+        assert ran == ("tests/test_inc.py",)
+        files = ("tests/test_dec.py", "tests/test_inc.py", "tests/test_limit.py")  # all name the module
+        async with TestSession.open(backend, p.image, p.project.files, p.project.env.test_cmd, p.env) as s:
+            run = await s.run_mutant(m.file, m.apply(source), source, ran, 60)
+        assert {t.split("::")[0] for t in run.statuses} == {"tests/test_inc.py"}  # only that file ran
+        outcome = judge(m, run, files, p, ran)
+        assert outcome.verdict == "kept" and outcome.hidden == ("tests/test_inc.py",)
+        assert outcome.fail_to_pass == ("tests/test_inc.py::test_inc", "tests/test_inc.py::test_zero")
+        assert outcome.pass_to_pass == ("tests/test_inc.py::test_name",)
+
+        async def no_second_run(*args: object) -> None:
+            raise AssertionError("the coverage map is cached with the baseline")
+
+        monkeypatch.setattr(covmap, "measure", no_second_run)
+        again = await prepare(parse_spec(f"{name}==1.0"), work, backend, [root / "index"])
+        assert again.coverage == cov
+        assert (await prepare(parse_spec(f"{name}==1.0"), work, backend, [root / "index"],
+                              coverage=False)).coverage is None
+    finally:
+        await backend.aclose()
+
+
 async def test_validation_runs_the_unfixed_code_in_the_harness(mined: tuple[Path, Path]) -> None:
     """A row whose FAIL_TO_PASS test already passes on the unfixed code is refused: the harness runs the base
     (test_patch applied, no fix) for every row, it does not trust the miner's log."""
