@@ -5,6 +5,7 @@
     python bench/mine.py --out out/mine/tasks.jsonl --resume   # reuse the work folder (a resumed run)
     nice -n 15 python bench/mine.py --packages-file bench/packages-catalogue.txt   # the catalogue (resumable)
     python bench/mine.py --packages-file bench/packages-catalogue.txt --summarize  # figures so far, no run
+    python bench/mine.py --compare-coverage --packages click==8.5.1 --max-tasks 10   # coverage vs names
 
 The target of issue #5: >= 200 harness-validated tasks from >= 5 projects in one command within 30 minutes.
 Reported: tasks per project, mutants tried/kept/validated, the verdict mix, prepare/mining/validation
@@ -26,11 +27,13 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 # bench/ is not a package folder: a bench script named like a package (bench/swebench.py, bench/harness.py)
 # would shadow the real one for everything imported below
@@ -59,9 +62,16 @@ def main() -> None:
     ap.add_argument("--catalogue", type=Path, default=Path("out/catalogue"))
     ap.add_argument("--summarize", action="store_true", help="write the catalogue's figures so far, no run")
     ap.add_argument("--retry-skipped", action="store_true", help="try projects recorded skipped again")
+    ap.add_argument("--no-coverage", action="store_true", help="choose test files by name, not coverage")
+    ap.add_argument("--no-validate", action="store_true", help="skip harness validation (mining time only)")
+    ap.add_argument("--compare-coverage", action="store_true", help="mine --packages twice at the same time, "
+                    "with and without coverage-chosen test files (no validation), and compare")
     args = ap.parse_args()
     if args.packages_file is not None:
         run_catalogue(args)
+        return
+    if args.compare_coverage:
+        compare_coverage(args)
         return
     args.json = args.json or Path("bench/results/mine.json")
     work = args.out.parent / f"{args.out.name}.work"
@@ -69,7 +79,8 @@ def main() -> None:
         shutil.rmtree(work)
     load_before = os.getloadavg()
     config = MineConfig(packages=tuple(args.packages), out=args.out, max_tasks=args.max_tasks,
-                        jobs=args.jobs, backend=args.backend)
+                        jobs=args.jobs, backend=args.backend, coverage=not args.no_coverage,
+                        harness_check=not args.no_validate)
     t0 = time.monotonic()
     last = {"t": 0.0}
 
@@ -92,7 +103,9 @@ def main() -> None:
         "load_after": [round(x, 2) for x in os.getloadavg()],
         "cpus": os.cpu_count(),
         "config": {"max_tasks": args.max_tasks, "jobs": args.jobs, "backend": args.backend,
-                   "resumed": args.resume},
+                   "resumed": args.resume, "coverage": not args.no_coverage,
+                   "validated": not args.no_validate},
+        "mutant_test_s": mutant_seconds(work),
     }
     for p in report.packages:
         print(f"{p.package:24} candidates {p.candidates:5} tried {p.tried:4} kept {p.kept:3} "
@@ -103,6 +116,53 @@ def main() -> None:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2))
     print(f"wrote {args.json}")
+
+
+def mutant_seconds(work: Path) -> dict[str, dict[str, float]]:
+    """Per project, the seconds its mutants' test runs took, per verdict (from the work folder)."""
+    out: dict[str, dict[str, float]] = {}
+    for path in sorted(work.glob("*/mutants.jsonl")):
+        per: Counter[str] = Counter()
+        for line in path.read_text().splitlines():
+            data = json.loads(line)
+            per[data["verdict"]] += data.get("duration_s") or 0.0
+        out[path.parent.name] = {k: round(v, 1) for k, v in sorted(per.items())}
+    return out
+
+
+def compare_coverage(args: argparse.Namespace) -> None:
+    """Both arms as child processes started together (the same machine load for both), then the ratios:
+    seconds of mining per kept mutant, and with the preparation (baseline; the coverage run) counted."""
+    root = args.out.parent
+    root.mkdir(parents=True, exist_ok=True)
+    arms = {"coverage": [], "names": ["--no-coverage"]}
+    procs = {}
+    for arm, extra in arms.items():
+        cmd = [sys.executable, __file__, "--packages", *args.packages, "--max-tasks", str(args.max_tasks),
+               "--jobs", str(args.jobs), "--backend", args.backend, "--no-validate", "--out",
+               str(root / arm / "tasks.jsonl"), "--json", str(root / f"{arm}.json"), *extra]
+        with open(root / f"{arm}.log", "w") as log:
+            procs[arm] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    for arm, proc in procs.items():
+        if proc.wait() != 0:
+            sys.exit(f"the {arm} arm failed: see {root / f'{arm}.log'}")
+    result: dict[str, Any] = {"packages": args.packages, "max_tasks": args.max_tasks, "load_after": _load()}
+    for arm in arms:
+        data = json.loads((root / f"{arm}.json").read_text())
+        result[arm] = {p["package"]: {
+            "kept": p["kept"], "tried": p["tried"], "verdicts": p["verdicts"], "prepare_s": p["prepare_s"],
+            "mine_s": p["mine_s"], "mine_s_per_kept": round(p["mine_s"] / max(p["kept"], 1), 1),
+            "total_s_per_kept": round((p["prepare_s"] + p["mine_s"]) / max(p["kept"], 1), 1),
+        } for p in data["packages"]}
+    ratios = ("mine_s_per_kept", "total_s_per_kept")
+    result["names_over_coverage"] = {
+        pkg: {k: round(result["names"][pkg][k] / max(v[k], 0.1), 2) for k in ratios}
+        for pkg, v in result["coverage"].items()}
+    print(json.dumps(result, indent=1))
+    path = args.json or Path("bench/results/mine-coverage.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2))
+    print(f"wrote {path}")
 
 
 def run_catalogue(args: argparse.Namespace) -> None:
