@@ -1,7 +1,7 @@
 """Which test files run which source lines: the suite once under coverage, with a context per test.
 
-    cov = await measure(project, layout, image, backend, env, passing, baseline_s)   # CoverageMap | None
-    cov.select("pkg/mod.py", lines)   # test files that run those lines; () none does; None: ask the heuristic
+    cov, why = await measure(project, test_paths, image, backend, env, passing, source_files, baseline_s)
+    cov.select("pkg/mod.py", lines)   # the test files running those lines; (): none; None: choose by name
     cov.timeout_s(files, floor, ceiling)
 
 A mutant then runs only the test files that execute its lines, under a timeout scaled to those files, and a
