@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envfarm.errors import SandboxError, tail
+from envfarm.errors import tail
 from envfarm.harness.images import WORKDIR
 from envfarm.sandbox import Backend
 
@@ -166,7 +166,8 @@ def tools_tree(dest: Path) -> bool:
 async def measure(project: Project, test_paths: Sequence[str], image: str, backend: Backend,
                   env: Mapping[str, str], passing: Sequence[str], source_files: Iterable[str],
                   baseline_s: float) -> tuple[CoverageMap | None, str]:
-    """Run the suite under coverage in a sandbox: the map, or None and why not."""
+    """Run the suite under coverage in a sandbox: the map, or None and why not (SandboxError when the sandbox
+    failed: not the project's doing, so not a verdict to keep)."""
     passing_files = sorted({t.split("::", 1)[0] for t in passing})
     timeout = max(MIN_RUN_TIMEOUT_S, TIMEOUT_FACTOR * baseline_s)
     run_env = {**env, "PYTHONPATH": ":".join(p for p in (env.get("PYTHONPATH", ""), TOOLS_DIR) if p),
@@ -176,19 +177,16 @@ async def measure(project: Project, test_paths: Sequence[str], image: str, backe
         if not tools_tree(tools):
             return None, "coverage and pytest-cov are not installed (pip install coverage pytest-cov)"
         command = f"{project.env.test_cmd} {ARGS}"
-        try:
-            async with TestSession.open(backend, image, project.files, command, run_env) as session:
-                await session.sb.upload(tools, TOOLS_DIR)
-                t0 = time.monotonic()
-                run = await session.run(test_paths, timeout)
-                took = time.monotonic() - t0
-                if run.timed_out:
-                    return None, f"the suite under coverage did not finish within {timeout:.0f}s"
-                if not (await session.sb.exec(["test", "-s", DATA_FILE])).ok:
-                    return None, f"the run under coverage wrote no data; the log ends:\n{tail(run.log, 5)}"
-                raw = await session.sb.read_file(DATA_FILE)
-        except SandboxError as e:
-            return None, f"the coverage run failed: {e}"
+        async with TestSession.open(backend, image, project.files, command, run_env) as session:
+            await session.sb.upload(tools, TOOLS_DIR)
+            t0 = time.monotonic()
+            run = await session.run(test_paths, timeout)
+            took = time.monotonic() - t0
+            if run.timed_out:
+                return None, f"the suite under coverage did not finish within {timeout:.0f}s"
+            if not (await session.sb.exec(["test", "-s", DATA_FILE])).ok:
+                return None, f"the run under coverage wrote no data; the log ends:\n{tail(run.log, 5)}"
+            raw = await session.sb.read_file(DATA_FILE)
         data_file = Path(tmp) / "coverage.data"
         data_file.write_bytes(raw)
         found = from_data(data_file, run.log, took, source_files, passing_files)

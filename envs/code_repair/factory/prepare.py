@@ -196,13 +196,18 @@ async def _prepare(found: Inferred, work: WorkFolder, backend: Backend) -> Prepa
 
 
 async def _coverage(p: Prepared, work: WorkFolder, backend: Backend) -> CoverageMap | None:
-    """The project's coverage map, measured once per baseline stamp (a failed measurement is cached too:
-    the miner then chooses test files by name)."""
+    """The project's coverage map, measured once per baseline stamp (a measurement the project failed is
+    cached too, a sandbox failure is not; without a map the miner chooses test files by name)."""
     key = p.project.key
     cached = work.read_stamped(key, COVERAGE_FILE, p.stamp)
     if cached is None:
-        found, why = await covmap.measure(p.project, p.layout.test_paths, p.image, backend, p.env, p.passing,
-                                          p.layout.source_files, p.baseline_s)
+        try:
+            found, why = await covmap.measure(p.project, p.layout.test_paths, p.image, backend, p.env,
+                                              p.passing, p.layout.source_files, p.baseline_s)
+        except SandboxError as e:  # not cached: the next run measures again
+            log.warning("%s: the coverage run's sandbox failed (%s); test files are chosen by name",
+                        p.project.spec, e)
+            return None
         cached = covmap.to_cache(found, why, p.stamp)
         work.write_stamped(key, COVERAGE_FILE, cached)
     found, why = covmap.from_cache(cached)

@@ -270,6 +270,7 @@ async def test_coverage_runs_a_mutant_on_the_test_files_that_reach_it(mined: tup
     from envfarm.envs.code_repair.factory.runner import TestSession
     from envfarm.envs.code_repair.factory.sdist import parse_spec
     from envfarm.envs.code_repair.factory.state import WorkFolder
+    from envfarm.errors import SandboxCrashed
     from envfarm.sandbox import get_backend
 
     root, _ = mined
@@ -311,6 +312,15 @@ async def test_coverage_runs_a_mutant_on_the_test_files_that_reach_it(mined: tup
         assert again.coverage == cov
         assert (await prepare(parse_spec(f"{name}==1.0"), work, backend, [root / "index"],
                               coverage=False)).coverage is None
+
+        async def sandbox_lost(*args: object) -> None:
+            raise SandboxCrashed("killed from outside")
+
+        monkeypatch.setattr(covmap, "measure", sandbox_lost)
+        cached = work.project(p.project.key) / "coverage.json"
+        cached.unlink()
+        lost = await prepare(parse_spec(f"{name}==1.0"), work, backend, [root / "index"])
+        assert lost.coverage is None and not cached.exists()  # by name this time; measured again next run
     finally:
         await backend.aclose()
 
