@@ -1,6 +1,6 @@
 """Which test files run which source lines: the suite once under coverage, with a context per test.
 
-    cov, why = await measure(project, test_paths, image, backend, env, passing, source_files, baseline_s)
+    cov, why = await measure(project, test_paths, image, backend, env, passing_files, sources, baseline_s)
     cov.select("pkg/mod.py", lines)   # the test files running those lines; (): none; None: choose by name
     cov.timeout_s(files, floor, ceiling)
 
@@ -164,11 +164,10 @@ def tools_tree(dest: Path) -> bool:
 
 
 async def measure(project: Project, test_paths: Sequence[str], image: str, backend: Backend,
-                  env: Mapping[str, str], passing: Sequence[str], source_files: Iterable[str],
+                  env: Mapping[str, str], passing_files: Sequence[str], source_files: Iterable[str],
                   baseline_s: float) -> tuple[CoverageMap | None, str]:
     """Run the suite under coverage in a sandbox: the map, or None and why not (SandboxError when the sandbox
     failed: not the project's doing, so not a verdict to keep)."""
-    passing_files = sorted({t.split("::", 1)[0] for t in passing})
     timeout = max(MIN_RUN_TIMEOUT_S, TIMEOUT_FACTOR * baseline_s)
     run_env = {**env, "PYTHONPATH": ":".join(p for p in (env.get("PYTHONPATH", ""), TOOLS_DIR) if p),
                "COVERAGE_FILE": DATA_FILE}

@@ -268,8 +268,6 @@ class _Miner:
         self.ran = 0
         self.crashes: dict[str, int] = {}
         self.prepare_s, self.mine_s = prepare_s, 0.0
-        files = sorted({t.split("::", 1)[0] for t in prepared.passing})
-        self.passing_files = tuple(files)
 
     @classmethod
     async def start(cls, spec: PackageSpec, config: MineConfig, work: WorkFolder, backend: Backend,
@@ -418,7 +416,7 @@ class _Miner:
     async def _try(self, session: TestSession, m: Mutation) -> Outcome:
         p = self.prepared
         original = p.project.files[m.file]
-        files = test_files_for(m.file, self.passing_files, p.project.files)
+        files = test_files_for(m.file, p.passing_files, p.project.files)
         ran, timeout = files, p.mutant_timeout_s
         if p.coverage is not None:
             lines = await asyncio.to_thread(mutation_lines, original, m.start, m.end, m.line)

@@ -17,6 +17,7 @@ plugin the factory leaves out (pytest-cov's ``no_cover``) under the project's ``
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import re
@@ -78,6 +79,11 @@ class Prepared:
     env: Mapping[str, str]
     coverage: CoverageMap | None = None
     """Which test files run which lines (None: not measured, or the run failed; files chosen by name)."""
+
+    @functools.cached_property
+    def passing_files(self) -> tuple[str, ...]:
+        """The test files holding the passing tests (sorted)."""
+        return tuple(sorted({t.split("::", 1)[0] for t in self.passing}))
 
     @property
     def mutant_timeout_s(self) -> float:
@@ -203,7 +209,7 @@ async def _coverage(p: Prepared, work: WorkFolder, backend: Backend) -> Coverage
     if cached is None:
         try:
             found, why = await covmap.measure(p.project, p.layout.test_paths, p.image, backend, p.env,
-                                              p.passing, p.layout.source_files, p.baseline_s)
+                                              p.passing_files, p.layout.source_files, p.baseline_s)
         except SandboxError as e:  # not cached: the next run measures again
             log.warning("%s: the coverage run's sandbox failed (%s); test files are chosen by name",
                         p.project.spec, e)
