@@ -229,19 +229,24 @@ class _Validation:
             rows = await asyncio.to_thread(miner.rows)
             self.rows[key] = rows
             todo = [r for r in rows if r["instance_id"] not in self.verdicts]
+            if not todo:
+                return
             if not self.config.harness_check:
                 self.verdicts.update({r["instance_id"]: Verdict(True, False) for r in todo})
                 return
             done, total = 0, 2 * len(todo)  # a gold run and a run of the unfixed code per row
+            new = {r["instance_id"] for r in todo}
 
             def on_event(event: Any) -> None:
                 nonlocal done
-                if event.phase in ("done", "skipped"):
+                if event.instance_id in new and event.phase in ("done", "skipped"):
                     done += 1
                     self.emit(Progress("validate", name, done, total))
 
             self.emit(Progress("validate", name, 0, total))
-            found, took = await validate(todo, self.work, self.backend, self.config.validate_workers,
+            # every row of the project: those validated before resume from their reports (no run), so the
+            # project's validate.json lists all of its rows, not only the last batch's
+            found, took = await validate(rows, self.work, self.backend, self.config.validate_workers,
                                          on_event, f"mine-validate-{key}")
             self.verdicts.update(found)
             self.seconds += took

@@ -350,6 +350,40 @@ async def test_validation_runs_the_unfixed_code_in_the_harness(mined: tuple[Path
     assert logs == sorted([str(row["instance_id"]), str(forged["instance_id"])])  # the base really ran
 
 
+async def test_a_projects_validate_json_lists_every_row_after_a_top_up(mined: tuple[Path, Path],
+                                                                       tmp_path: Path) -> None:
+    """Rows validated in an earlier batch (a top-up validates only the new ones) stay in the project's
+    validate.json: they resume from their harness reports, and progress counts the new rows alone."""
+    import shutil
+    from types import SimpleNamespace
+
+    from envfarm.envs.code_repair.factory.mine import MineConfig, _Validation
+    from envfarm.envs.code_repair.factory.state import WorkFolder
+    from envfarm.sandbox import get_backend
+
+    _, out = mined
+    copy = tmp_path / out.name
+    shutil.copytree(f"{out}.work", f"{copy}.work")  # the fixture's reports: both batches resume, no runs
+    table = rows(out)
+    key = f"pypi__{NAME}"
+    events: list[tuple[int, int]] = []
+    backend = get_backend("docker")
+    pipeline = _Validation(MineConfig(packages=(SPEC,), out=copy), WorkFolder(copy), backend,
+                           lambda p: events.append((p.done, p.total)))
+    project = SimpleNamespace(key=key, spec=SimpleNamespace(name=NAME))
+    try:
+        for batch in (table[:3], table):
+            await pipeline.run(SimpleNamespace(prepared=SimpleNamespace(project=project),
+                                               rows=lambda batch=batch: batch))  # type: ignore[arg-type]
+    finally:
+        await backend.aclose()
+    listed = json.loads((copy.parent / f"{copy.name}.work/harness/mine-validate-{key}/validate.json")
+                        .read_text())["rows"]
+    assert sorted(r["instance_id"] for r in listed) == sorted(str(r["instance_id"]) for r in table)
+    assert all(r["validated"] for r in listed) and all(v.ok for v in pipeline.verdicts.values())
+    assert events[-1] == (2, 2) and max(d for d, _ in events) == 6  # batch 1: 3 rows x 2 runs; batch 2: 1
+
+
 def test_mined_rows_rebuild_their_own_repos(mined: tuple[Path, Path], tmp_path: Path) -> None:
     """No --repo-source/--specs: the rows' envfarm_source rebuilds repos + specs once, then they are found."""
     import shutil
