@@ -162,13 +162,21 @@ class _Rerun(TaskFactoryError):
         self.argument, self.why = argument, why
 
 
+def baseline_stamp(sdist_sha: str, image: str, test_cmd: str, test_paths: Sequence[str],
+                   variables: Sequence[tuple[str, str]]) -> str:
+    """What the baseline (and every outcome cached under it) depends on. The recipe's variables count: a
+    recipe that sets one runs the suite again (none set: the same stamp as before variables counted)."""
+    parts = [sdist_sha, image, test_cmd, *test_paths, *(f"env {k}={v}" for k, v in variables)]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
 async def _prepare(found: Inferred, work: WorkFolder, backend: Backend) -> Prepared:
     spec, recipe, layout, sd = found.spec, found.recipe, found.layout, found.sdist
     project, built = await _environment(found, work)
     env_recipe = project.env
     env = env_recipe.env
-    stamp = hashlib.sha256("\0".join([sd.sha256, built.tag, env_recipe.test_cmd, *layout.test_paths])
-                           .encode()).hexdigest()[:16]
+    stamp = baseline_stamp(sd.sha256, built.tag, env_recipe.test_cmd, layout.test_paths,
+                           env_recipe.variables)
     cached = work.read_stamped(project.key, BASELINE_FILE, stamp)
     for attempt in (1, 2):
         if cached is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 from pathlib import Path
 
@@ -187,3 +189,8 @@ def test_recipe_env_reaches_the_spec_and_rows(tmp_path: Path) -> None:
     table.write_text('[packages.demo]\nenv = { PYTHONPATH = "x" }\n')
     with pytest.raises(ConfigError, match="not plain variable names"):
         load_recipe("demo", table)
+    # the baseline (and the mutant outcomes cached under it) is redone when a recipe sets a variable
+    stamp = functools.partial(prepare.baseline_stamp, "0" * 64, "img:1", "python -m pytest", ("tests",))
+    assert stamp(()) == hashlib.sha256("\0".join(["0" * 64, "img:1", "python -m pytest", "tests"])
+                                       .encode()).hexdigest()[:16]  # no variable: stamps kept from before
+    assert len({stamp(()), stamp(recipe.env), stamp((("DEMO_TESTING", "2"),))}) == 3
