@@ -190,9 +190,13 @@ def run_catalogue(args: argparse.Namespace) -> None:
                         backend=args.backend, validate_workers=2)
 
     shown: dict[str, float] = {}
+    written = [0.0]
 
     def on_progress(ev: Progress) -> None:
         now = time.monotonic() - t0
+        if now - written[0] >= WRITE_EVERY_S:  # a run killed without its finally loses little time
+            written[0] = now
+            write()
         if ev.stage in ("prepare", "project", "cached"):
             print(f"[{now:6.0f}s] {ev.stage} {ev.package} {ev.done} {ev.detail}", flush=True)
         elif ev.stage in ("mutants", "validate") and now - shown.get(ev.package, -60.0) >= 60:
@@ -261,6 +265,7 @@ def task_mix(folder: Path, rows: list[dict[str, object]]) -> dict[str, object]:
             "median_fail_to_pass": statistics.median(failing) if failing else None}
 
 
+WRITE_EVERY_S = 300.0
 REPORTED = ("origin", "in_package", "test_files", "tests_passing", "candidates", "tried", "kept", "validated",
             "verdicts")
 
