@@ -74,16 +74,16 @@ def test_requirements(files: Mapping[str, bytes], recipe: Recipe, python: str,
 
 def dependencies(files: Mapping[str, bytes], recipe: Recipe, python: str,
                  layout: Layout | None = None) -> list[Dependency]:
-    """Every requirement with its origin, deduplicated by name (the first origin wins), in found order."""
+    """Every requirement with its origin, deduplicated by name (the recipe's line, else the first found wins),
+    in found order."""
     env = {**{k: str(v) for k, v in default_environment().items()}, "python_version": python,
            "python_full_version": f"{python}.0"}
-    lines: list[tuple[str, str]] = []
+    lines: list[tuple[str, str]] = [(r, "recipe") for r in recipe.packages]  # an override wins
     lines += [(r, "PKG-INFO") for r in _pkg_info(files.get("PKG-INFO", b""), env)]
     lines += [(r, "dependency-groups") for r in _dependency_groups(files.get("pyproject.toml", b""))]
     for path in sorted(files):
         if _REQ_FILE.match(path):
             lines += [(r, path) for r in _requirement_lines(files[path].decode("utf-8", errors="replace"))]
-    lines += [(r, "recipe") for r in recipe.packages]
     if layout is not None:
         lines += list(inferred(files, layout))
     out: dict[str, Dependency] = {}

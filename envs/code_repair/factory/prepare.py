@@ -57,6 +57,8 @@ RERUNS = (
 )
 """When no test passes and the baseline log shows the pattern: the argument the test command gets for
 another baseline (each at most once), and why."""
+PYTEST_INTERNALS = re.compile(r"AttributeError: module '_pytest")
+"""A suite written against pytest internals (``_pytest.monkeypatch.notset``) that a newer pytest removed."""
 BASELINE_FILE, COVERAGE_FILE = "baseline.json", "coverage.json"
 BASELINE_TIMEOUT_S = 600.0
 """A baseline run not finished by then fails the project (a hanging test, or a suite too slow to mine: every
@@ -203,10 +205,19 @@ async def _prepare(found: Inferred, work: WorkFolder, backend: Backend) -> Prepa
         if argument not in found.test_cmd and pattern.search(str(cached.get("log_tail", ""))):
             raise _Rerun(argument, why)
     if not passing:
+        log_tail = str(cached.get("log_tail", ""))
         raise TaskFactoryError(f"{spec}: no test of the sdist passes in its environment; the log ends:\n"
-                               f"{tail(cached.get('log_tail', ''))}\nfix: add the missing test dependencies "
-                               f'(packages = [...] under [packages."{spec.name}"] in the recipe file)')
+                               f"{tail(log_tail)}\nfix: {no_passing_fix(log_tail, spec.name)}")
     return Prepared(project, recipe, layout, built.tag, passing, float(cached["duration_s"]), stamp, env)
+
+
+def no_passing_fix(log_tail: str, name: str) -> str:
+    """What to put in the recipe file when no test of a project passes, read from the baseline's log."""
+    where = f'under [packages."{name}"] in the recipe file'
+    if PYTEST_INTERNALS.search(log_tail):
+        return ("the suite uses pytest internals this pytest no longer has: pin an older pytest "
+                f'(packages = ["pytest<X"] {where})')
+    return f"add the missing test dependencies (packages = [...] {where})"
 
 
 async def _coverage(p: Prepared, work: WorkFolder, backend: Backend) -> CoverageMap | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -129,6 +130,13 @@ def test_command_keeps_plugins_and_import_mode_but_not_coverage() -> None:
     assert cmd.endswith("--tb=short -p pytester --import-mode=importlib") and "--cov" not in cmd
 
 
+def test_no_passing_tests_names_the_fix_the_log_points_at() -> None:
+    internals = "ERROR tests/test_views.py::test_basic_view - AttributeError: module '_pytest.monkeypatch' has"
+    assert 'packages = ["pytest<X"] under [packages."flask"]' in prepare.no_passing_fix(internals, "flask")
+    missing = "E   ModuleNotFoundError: No module named 'yaml'"
+    assert prepare.no_passing_fix(missing, "demo").startswith("add the missing test dependencies")
+
+
 def test_dependencies_inferred_from_the_suite() -> None:
     tests = (b"import yaml\nimport json\nimport pkg\nfrom helpers import x\ntry:\n    import numpy\n"
              b"except ImportError:\n    numpy = None\n\n\ndef test_a(mocker):\n    pass\n")
@@ -146,6 +154,10 @@ def test_dependencies_inferred_from_the_suite() -> None:
     assert not {"numpy", "json", "pkg", "helpers"} & set(origins)  # optional, stdlib, local
     declared = deps.test_requirements(files, load_recipe("demo"), "3.11", layout(files), infer=False)
     assert "PyYAML" not in declared and "six" in declared
+    pinned = replace(load_recipe("demo"), packages=("six<1.16", "pytest<9.1"))  # a recipe's pin wins
+    origins = {d.requirement: d.origin for d in deps.dependencies(files, pinned, "3.11", layout(files))}
+    assert origins["six<1.16"] == origins["pytest<9.1"] == "recipe"
+    assert "six" not in origins and "pytest==9.2.0" not in origins
 
 
 def test_recipes_check_prints_what_was_inferred(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
