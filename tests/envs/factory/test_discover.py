@@ -137,6 +137,14 @@ def test_no_passing_tests_names_the_fix_the_log_points_at() -> None:
     assert prepare.no_passing_fix(missing, "demo").startswith("add the missing test dependencies")
 
 
+def test_a_baseline_timeout_after_the_last_test_names_deselecting() -> None:
+    ended = "........................................................................ [ 99%]\n" \
+            "....................                                                     [100%]\n"
+    assert '"--deselect", "FILE::TEST"' in prepare.baseline_timeout_fix(ended, "packaging")
+    hung = "...................                                                      [ 37%]\n"
+    assert prepare.baseline_timeout_fix(hung, "demo").startswith("leave the hanging test files out")
+
+
 def test_dependencies_inferred_from_the_suite() -> None:
     tests = (b"import yaml\nimport json\nimport pkg\nfrom helpers import x\ntry:\n    import numpy\n"
              b"except ImportError:\n    numpy = None\n\n\ndef test_a(mocker):\n    pass\n")
