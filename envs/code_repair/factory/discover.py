@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from envfarm.errors import TaskFactoryError
 
 from .pyast import parse
-from .recipe import Recipe
+from .recipe import Recipe, in_recipe_file
 from .sdist import PackageSpec
 
 NOT_SOURCE = {"setup.py", "conftest.py", "noxfile.py", "fabfile.py", "tasks.py", "docs", "tests", "test",
@@ -169,7 +169,7 @@ def find_layout(files: Mapping[str, bytes], recipe: Recipe, spec: PackageSpec) -
         raise TaskFactoryError(_no_suite(spec, files, config, paths, skipped))
     if not sources:
         raise TaskFactoryError(f"{spec}: no Python package found in the sdist to mutate; set source = [...] "
-                               f'under [packages."{spec.name}"] in the recipe file')
+                               f"{in_recipe_file(spec.name)}")
     # a unittest module pytest's python_files would not collect from a folder is passed by name
     extra = tuple(t for t in tests if not _matches(t, config.python_files) and not any(t == p for p in paths))
     return Layout(sources, (*paths, *extra), "src" if src else ".", tests, origin, config, tuple(skipped))
@@ -259,7 +259,7 @@ def _is_unittest(data: bytes | str) -> bool:
 
 def _no_suite(spec: PackageSpec, files: Mapping[str, bytes], config: PytestConfig, paths: Sequence[str],
               skipped: Sequence[tuple[str, str]]) -> str:
-    fix = (f'set tests = [...] under [packages."{spec.name}"] in the recipe file, or pick another package')
+    fix = f"set tests = [...] {in_recipe_file(spec.name)}, or pick another package"
     doctest_files = any(p.endswith((".txt", ".rst")) and any(_under(p, t) for t in paths)
                         and b">>>" in files[p] for p in files)
     if config.doctests or doctest_files or any("doctest" in why for _, why in skipped):

@@ -36,7 +36,7 @@ from envfarm.sandbox.recipes import load_base_recipe
 from . import covmap, deps
 from .covmap import CoverageMap
 from .discover import Layout, find_layout
-from .recipe import RECIPES_FILE, Recipe, load_recipe, read_recipes
+from .recipe import RECIPES_FILE, Recipe, in_recipe_file, load_recipe, read_recipes
 from .repo import EnvRecipe, Project, make_project, write_spec
 from .runner import TestSession
 from .sdist import PackageSpec, Sdist, download, unpack
@@ -214,7 +214,7 @@ async def _prepare(found: Inferred, work: WorkFolder, backend: Backend) -> Prepa
 
 def baseline_timeout_fix(log_tail: str, name: str) -> str:
     """What to put in the recipe file when the baseline run does not finish, read from its log."""
-    where = f'under [packages."{name}"] in the recipe file'
+    where = in_recipe_file(name)
     if ALL_RUN.search(log_tail):  # packaging: 62,423 tests in 96 s, then -rA's summary past 600 s
         return ("every test ran, then the run did not end: pytest's -rA summary of a suite this large is "
                 'slow; leave the largest parametrized tests out '
@@ -224,7 +224,7 @@ def baseline_timeout_fix(log_tail: str, name: str) -> str:
 
 def no_passing_fix(log_tail: str, name: str) -> str:
     """What to put in the recipe file when no test of a project passes, read from the baseline's log."""
-    where = f'under [packages."{name}"] in the recipe file'
+    where = in_recipe_file(name)
     if PYTEST_INTERNALS.search(log_tail):
         return ("the suite uses pytest internals this pytest no longer has: pin an older pytest "
                 f'(packages = ["pytest<X"] {where})')
@@ -272,7 +272,7 @@ async def _environment(found: Inferred, work: WorkFolder) -> tuple[Project, Buil
                 continue
             raise TaskFactoryError(f"{spec}: the test environment did not build ({type(e).__name__}: {e}); "
                                    f"its packages are {list(env_recipe.packages)}: fix them with "
-                                   f'packages/drop under [packages."{spec.name}"] in the recipe file') from e
+                                   f"packages/drop {in_recipe_file(spec.name)}") from e
     raise AssertionError("unreachable")
 
 

@@ -77,6 +77,11 @@ class Recipe:
     env: tuple[tuple[str, str], ...] = ()
 
 
+def in_recipe_file(name: str) -> str:
+    """Where a fix for project ``name`` goes, as error messages name it."""
+    return f'under [packages."{name}"] in the recipe file'
+
+
 def normalize(name: str) -> str:
     """PEP 503 name normalization: ``Python_Slugify`` -> ``python-slugify``."""
     return re.sub(r"[-_.]+", "-", name).lower()
