@@ -3,7 +3,7 @@ the paired differences RL - sft_more and RL - sft. ``train()`` returns a :class:
 ``DIR/summary.json`` is its :meth:`TrainResult.to_json` (the values show the shape, not a measurement):
 
     {"env_id": "envfarm/ToolCalc-v0", "teacher": {"name": "noisy", "error": 0.6},
-     "eval_split": "test", "eval_episodes": 500, "eval_temperature": 1.0,
+     "eval_split": "test", "eval_episodes": 500, "eval_temperature": 0.7,
      "arms": {"sft":      {"greedy": {"mean": 0.02, "ci95": [0.01, 0.03], "episodes": 500},
                            "sampled": {...}},
               "sft_more": {...}, "rl": {...}},

@@ -127,6 +127,7 @@ def test_train_with_the_vllm_engine(tmp_path: Path) -> None:
          "0", "--sft-demos", "32", "--group-size", "8", "--prompts-per-update", "2", "--group-window", "8",
          "--lr", "1e-3", "--rl-updates", str(UPDATES), "--no-sft-more", "--eval-episodes", "8",
          "--concurrency", "16", "--max-tokens", "40", "--threads", "1", "--quiet",
+         "--temperature", "1.0",  # every word likely enough to be said: groups with mixed rewards
          # no turn too old to learn from: on a loaded machine groups arrive versions late, and dropping their
          # turns as stale skipped the update (seen here); the steps through the engine are under test
          "--max-staleness", str(UPDATES)],
