@@ -121,7 +121,7 @@ def plot_rewards(metrics_path: Path, png: Path, title: str = "") -> Path:
     if rl:
         steps = [r["version"] for r in rl]
         rewards = [r["reward_mean"] for r in rl]
-        ax.plot(steps, rewards, ".", alpha=0.4, label="update batch (T=1 samples)")
+        ax.plot(steps, rewards, ".", alpha=0.4, label="update batch (RL samples)")
         ax.plot(steps, _moving(rewards, 8), "-", label="moving average (8)")
     for phase, r in evals.items():
         ax.axhline(r["mean_reward"], color=ARM_COLOURS.get(r.get("arm", ""), "k"),

@@ -166,11 +166,12 @@ class TrainConfig:
     temperature: float = 0.7
     """Sampling temperature of RL and of the sampled evaluations (every arm is also scored greedy). 0.7,
     tuned on validation seeds (noisy teacher, seed 0, one SFT checkpoint, 12 updates each): at 1.0 the
-    training reward stayed at 0.05-0.2 and rl - sft_more was
-    +0.268 [+0.212, +0.324] greedy but -0.032 [-0.080, +0.016] sampled; at 0.7 the reward rose to 0.25-0.58
-    and rl - sft_more was +0.352 [+0.298, +0.406] greedy, +0.144 [+0.090, +0.198] sampled (the arms scored
-    at 0.7). The imitators lose at a lower temperature what RL gains: the noisy teacher's mistake is the
-    demonstrations' majority, so sharper sampling of imitation makes it more often."""
+    training reward stayed at 0.05-0.2 and rl - sft_more was +0.268 [+0.212, +0.324] greedy but -0.032
+    [-0.080, +0.016] sampled; at 0.7 the reward rose to 0.25-0.58 and rl - sft_more was +0.352 [+0.298,
+    +0.406] greedy, +0.144 [+0.090, +0.198] sampled (the arms scored at 0.7). The imitators lose at a lower
+    temperature what RL gains: the noisy teacher's mistake is the demonstrations' majority, so sharper
+    sampling of imitation makes it more often. The PPO ratio uses the model's temperature-1 log-probs on
+    both sides (base.py), not the sampler's."""
     max_tokens: int = 96
     """Tokens per completion."""
     concurrency: int = 64
