@@ -116,6 +116,8 @@ def prefill(module: torch.nn.Module, ids: Tensor, valid: Tensor, positions: Tens
     parts = []
     for start, stop, window in _groups([n - h.tokens for n, h in zip(lengths, hits, strict=True)]):
         view = cache.rows(start, stop, P - window)
+        if P > window:  # the token before the window (the model's token shift reads it)
+            view.last.copy_(ids[start:stop, P - window - 1])
         for j in range(start, stop):
             n_past = lengths[j] - window  # tokens before the window: all cached (window >= uncached length)
             entry = hits[j].entry

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from envfarm.errors import ConfigError
-from envfarm.trainer.model import PRESETS, Transformer, preset_config
+from envfarm.trainer.model import PRESETS, ModelConfig, Transformer, preset_config
 from envfarm.trainer.policy import load_policy
 
 torch.set_num_threads(2)
@@ -18,6 +18,25 @@ def test_tiny_cpu_preset_is_about_0_8m_params() -> None:
     assert 0.7e6 < n < 0.9e6
     assert "embed.weight" in Transformer(PRESETS["tiny-cpu"]).state_dict()
     assert not any("lm_head" in k for k in Transformer(PRESETS["tiny-cpu"]).state_dict())
+
+
+def test_token_shift_is_tiny_cpus_and_configs_saved_before_it_load_without_it() -> None:
+    assert "shift.weight" in Transformer(PRESETS["tiny-cpu"]).state_dict()
+    saved = {k: v for k, v in PRESETS["tiny-cpu"].to_dict().items() if k != "token_shift"}
+    old = Transformer(ModelConfig.from_dict(saved))
+    assert old.shift is None and "shift.weight" not in old.state_dict()
+
+
+def test_token_shift_reads_the_previous_real_token_only() -> None:
+    model = load_policy("tiny-cpu", overrides=TINY, device="cpu", seed=4).module
+    ids = torch.randint(0, 256, (1, 6))
+    with torch.no_grad():
+        x = model._embed(ids, None, None)
+        padded = model._embed(torch.cat([torch.full((1, 2), 7), ids], 1),
+                              torch.tensor([[False, False] + [True] * 6]), None)
+    torch.testing.assert_close(x[0], padded[0, 2:])  # a pad token before the first is not its previous
+    torch.testing.assert_close(x[0, 0], model.embed(ids)[0, 0])
+    assert not torch.allclose(x[0, 1:], model.embed(ids)[0, 1:])
 
 
 def test_unknown_preset_suggests() -> None:
