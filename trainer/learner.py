@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -105,12 +105,16 @@ class Learner:
         self.optimizer = torch.optim.AdamW(params, lr=config.lr, betas=config.betas,
                                            weight_decay=config.weight_decay, fused=fused)
         self.reference: torch.nn.Module | None = None
-        if config.kl_coef > 0:
-            self.reset_reference()
+        self.reset_reference()
 
-    def reset_reference(self) -> None:
-        """Freeze a copy of the current weights as the KL reference."""
+    def reset_reference(self, state: Mapping[str, torch.Tensor] | None = None) -> None:
+        """Freeze a copy of the current weights (or of ``state``) as the KL reference; nothing without a KL
+        term (``kl_coef`` 0)."""
+        if self.config.kl_coef <= 0:
+            return
         ref = copy.deepcopy(self.module).eval()
+        if state is not None:
+            ref.load_state_dict(state)
         for p in ref.parameters():
             p.requires_grad_(False)
         self.reference = ref

@@ -169,7 +169,20 @@ class Training:
             log.info("resumed from %s (phase %s, version %d)", found, self.loop_state.phase,
                      self.rl_state.version)
         self.leader.sync()  # every rank starts from rank 0's weights and optimizer state
+        if found is not None:
+            self._restore_reference(found.name)
         self.metrics = Metrics(self.out, keep=self._logged_before if resume else None)
+
+    def _restore_reference(self, resumed: str) -> None:
+        """The KL term's reference on resume: the SFT policy (the weights resumed from, when that is SFT's
+        checkpoint; else SFT's checkpoint); without a warm start, the starting weights built in _setup."""
+        assert self.leader is not None
+        sft = self.ckpt_dir / "sft" / "model.safetensors"
+        if self.config.kl_coef <= 0 or (resumed != "sft" and not sft.exists()):
+            return
+        from safetensors.torch import load_file
+
+        self.leader.reset_reference(None if resumed == "sft" else load_file(sft))
 
     def _logged_before(self, record: dict[str, Any]) -> bool:
         """Whether a metrics record of an earlier session belongs to the state resumed from."""
@@ -256,7 +269,14 @@ class Training:
         await self._set_time("sft", self.loop_state.sft_seconds)
         await asyncio.to_thread(self._save, "sft")  # with SFT's AdamW moments: sft_more continues them
         await asyncio.to_thread(prune, self.ckpt_dir, 0, "sft-")
-        self.leader.reset_optimizer()  # RL starts with fresh moments
+        self._begin_rl()
+
+    def _begin_rl(self) -> None:
+        """RL starts with fresh AdamW moments, and its KL term (if any) measures the distance to the SFT
+        policy (the current weights)."""
+        assert self.leader is not None
+        self.leader.reset_optimizer()
+        self.leader.reset_reference()
 
     async def _sft_more(self) -> None:
         """The sft_more arm: the SFT checkpoint trained on fresh teacher demos with RL's compute (wall time

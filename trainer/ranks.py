@@ -14,7 +14,7 @@ same sequence of collectives. On CPU the group is gloo, on CUDA nccl with rank r
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -49,6 +49,12 @@ class Leader:
             self.ctx.broadcast_object(("reset", None))
         self.learner.reset_optimizer()
 
+    def reset_reference(self, state: Mapping[str, torch.Tensor] | None = None) -> None:
+        """Every rank's KL reference becomes its current weights (or ``state``)."""
+        if self.ctx.active:
+            self.ctx.broadcast_object(("reference", state))
+        self.learner.reset_reference(state)
+
     def stop(self) -> None:
         if self.ctx.active:
             self.ctx.broadcast_object(("stop", None))
@@ -72,6 +78,8 @@ def follow(learner: Learner, ctx: DistContext) -> int:
             learner.step = step
         elif kind == "reset":
             learner.reset_optimizer()
+        elif kind == "reference":
+            learner.reset_reference(payload)
 
 
 def follower_main(rank: int, world: int, init_method: str, config: dict[str, Any],

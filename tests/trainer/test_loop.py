@@ -9,9 +9,11 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from envfarm.trainer.loop import Training
@@ -128,3 +130,36 @@ def test_bad_options_exit_2(tmp_path: Path) -> None:
     not_object = subprocess.run(_train("--out", str(tmp_path / "y"), "--env-kwargs", "[1]"), env=ENV,
                                 capture_output=True, text=True, timeout=60)
     assert not_object.returncode == 2 and "--env-kwargs must be a JSON object" in not_object.stderr
+
+
+def _weights_equal(module: torch.nn.Module, state: dict[str, torch.Tensor]) -> bool:
+    return all(torch.equal(v, state[k]) for k, v in module.state_dict().items())
+
+
+def test_the_kl_reference_is_the_sft_policy_after_sft_and_after_a_resume(tmp_path: Path) -> None:
+    config = TrainConfig(kl_coef=0.1, device="cpu")
+    first = Training(config, tmp_path)
+    first._setup(resume=False)
+    learner = first.learner
+    assert learner is not None and learner.reference is not None
+    with torch.no_grad():
+        for p in learner.module.parameters():
+            p.add_(0.01)  # what SFT would have learned
+    first.loop_state = replace(first.loop_state, phase="rl", sft_step=3)
+    first._save("sft")
+    sft = {k: v.clone() for k, v in learner.module.state_dict().items()}
+    assert not _weights_equal(learner.reference, sft)  # still the random init until SFT ends
+    first._begin_rl()
+    assert _weights_equal(learner.reference, sft)
+    with torch.no_grad():
+        for p in learner.module.parameters():
+            p.add_(0.01)  # an RL update
+    first._save("rl-000001", replace(first.rl_state, updates=1, version=1))
+    first._close_ranks()
+
+    resumed = Training(config, tmp_path)
+    resumed._setup(resume=True)
+    assert resumed.learner is not None and resumed.learner.reference is not None
+    assert not _weights_equal(resumed.learner.module, sft)
+    assert _weights_equal(resumed.learner.reference, sft)
+    resumed._close_ranks()
