@@ -147,7 +147,7 @@ class TrainConfig:
     the bottleneck and successes are rare, frequent small updates learn faster per second."""
     lr: float = 1e-4
     """RL learning rate (AdamW, fresh moments after SFT). 1e-4 since tiny-cpu has its token shift: at 3e-4,
-    RL from token-shift SFT checkpoints broke the tool-call syntax in 3 of 5 runs (from update ~7-9 the
+    RL from token-shift SFT checkpoints broke the tool-call syntax in 3 of 6 runs (from update ~7-9 the
     submit call's arguments stopped opening with ``{``; noisy teacher, 12 updates), the shift's weights
     frozen or not; from the checkpoint of test run 1 (seed 1), where 3e-4 broke it twice, 1e-4 did not
     (at most 6 of 50-70 episodes per version with an invalid turn, 1 from version 6 on) and scored 0.434
