@@ -210,8 +210,9 @@ class Transformer(nn.Module):
         x = self.embed(input_ids)
         if self.shift is None:
             return x
-        prev, real = _previous(input_ids, key_mask, cache)
-        return x + self.shift(self.embed(prev)) * real.to(x.dtype)
+        first, real = _previous(input_ids, key_mask, cache)
+        prev = torch.cat([self.embed(first), x[:, :-1]], 1)  # only the first token's previous is new
+        return x + self.shift(prev) * real.to(x.dtype)
 
     def forward(self, input_ids: Tensor, positions: Tensor | None = None, key_mask: Tensor | None = None,
                 cache: KVCache | None = None, last_only: bool = False) -> Tensor:
@@ -239,17 +240,16 @@ class Transformer(nn.Module):
 
 
 def _previous(input_ids: Tensor, key_mask: Tensor | None, cache: KVCache | None) -> tuple[Tensor, Tensor]:
-    """(ids [B, T] of the token before each of ``input_ids``, whether it is a real token [B or 1, T, 1]):
-    the cache's last token before the first (none in slot 0), padding slots not real."""
+    """(id [B, 1] of the token before the first of ``input_ids``: the cache's last, or a placeholder in slot
+    0; whether the token before each is a real token [B or 1, T, 1]: padding slots and slot -1 are not)."""
     B, T = input_ids.shape
     past = cache.length if cache is not None else 0
     first = cache.last[:, None] if cache is not None else input_ids[:, :1]
-    prev = torch.cat([first, input_ids[:, :-1]], 1)
     slots = torch.arange(past - 1, past + T - 1, device=input_ids.device)
     real = (slots >= 0).unsqueeze(0).expand(B if key_mask is not None else 1, T)
     if key_mask is not None:
         real = real & key_mask[:, slots.clamp(min=0)].bool()
-    return prev, real.unsqueeze(-1)
+    return first, real.unsqueeze(-1)
 
 
 def _attn_mask(key_mask: Tensor | None, past: int, T: int, device: torch.device) -> Tensor:
