@@ -131,7 +131,8 @@ def test_command_keeps_plugins_and_import_mode_but_not_coverage() -> None:
 
 
 def test_no_passing_tests_names_the_fix_the_log_points_at() -> None:
-    internals = "ERROR tests/test_views.py::test_basic_view - AttributeError: module '_pytest.monkeypatch' has"
+    internals = ("ERROR tests/test_views.py::test_basic_view - AttributeError: module "
+                 "'_pytest.monkeypatch' has")
     assert 'packages = ["pytest<X"] under [packages."flask"]' in prepare.no_passing_fix(internals, "flask")
     missing = "E   ModuleNotFoundError: No module named 'yaml'"
     assert prepare.no_passing_fix(missing, "demo").startswith("add the missing test dependencies")
