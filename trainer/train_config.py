@@ -169,9 +169,9 @@ class TrainConfig:
     """PPO clip range of the per-token ratio."""
     max_staleness: int = 2
     """Episodes start only on weights at most this many versions behind; older turns are dropped. 2: at 1
-    the asynchronous farm's ToolCalc runs dropped 20-31% of the turns they sampled (a turn finished on the
-    version before last); at 2, 1-2%, and RL from the same SFT checkpoint scored 0.604 / 0.430 greedy /
-    sampled on validation seeds instead of 0.530 / 0.358 (lr 1e-4; with lr 2e-4, see ``lr``)."""
+    the asynchronous farm's ToolCalc runs dropped 20-31% of the turns they sampled (sampled two or more
+    versions behind the learner); at 2, 1-2%, and RL from the same SFT checkpoint scored 0.604 / 0.430
+    greedy / sampled on validation seeds instead of 0.530 / 0.358 (lr 1e-4; with lr 2e-4, see ``lr``)."""
     sync: bool = False
     """Synchronous RL (benchmarks): each update's episodes are sampled by a farm run of their own, and the
     farm is idle while the learner updates. Default: asynchronous, the farm keeps sampling."""
