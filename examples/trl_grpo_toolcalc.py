@@ -8,10 +8,13 @@ TRL's environments mode (``environment_factory``) drives the episodes: the model
 ``submit``) become OpenEnv ``step`` messages, and envfarm's reward is the GRPO reward (``get_reward``).
 
 The model is made here, from a config, so nothing is downloaded: a 2-layer Qwen2 with a toy tokenizer whose
-vocabulary holds the chat markup plus one token per whole ``submit`` call for the answers of the training
-tasks. A random model then submits a right answer now and then, so GRPO sees rewards that differ and takes
-real steps. With a real model, pass ``--model`` (a local Hugging Face folder of a tool-calling chat model,
-e.g. a Qwen3 download) and the tokenizer is the model's own.
+vocabulary holds the chat markup plus one token per ``submit`` call body (the JSON between ``<tool_call>`` and
+``</tool_call>``) for the answers of the training tasks. A few supervised steps teach it the call format with
+answers drawn at random, so it then submits a right answer now and then: GRPO sees rewards that differ and
+takes real steps. The markup tags stay tokens of their own because transformers' response parser (>= 5.25)
+takes ``<tool_call>`` as a delimiter only where it was generated as its own token id. With a real model,
+pass ``--model`` (a local Hugging Face folder of a tool-calling chat model, e.g. a Qwen3 download) and the
+tokenizer is the model's own.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import numpy as np
 
 CHAT_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_MARKUP = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"]
+PROMPT = "Solve this task with the tools."
 
 
 def toolcalc_answers(seeds: list[int], difficulty: int) -> list[str]:
@@ -42,8 +46,14 @@ def toolcalc_answers(seeds: list[int], difficulty: int) -> list[str]:
     return answers
 
 
+def submit_body(answer: str) -> str:
+    """The text between ``<tool_call>`` and ``</tool_call>`` of a ``submit`` call (one token in the toy
+    vocabulary)."""
+    return f'\n{json.dumps({"name": "submit", "arguments": {"answer": answer}})}\n'
+
+
 def toy_model(answers: list[str], seed: int = 0) -> tuple[Any, Any]:
-    """A random 2-layer Qwen2 and a word-level tokenizer with the Qwen3 chat template (see the docstring)."""
+    """A 2-layer Qwen2 and a word-level tokenizer with the Qwen3 chat template (see the docstring)."""
     import torch
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import AddedToken, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -57,16 +67,50 @@ def toy_model(answers: list[str], seed: int = 0) -> tuple[Any, Any]:
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", eos_token="<|im_end|>",
                                         pad_token="<|endoftext|>", padding_side="left")
     tokenizer.add_special_tokens({"additional_special_tokens": CHAT_SPECIAL})
-    calls = [f'<tool_call>\n{json.dumps({"name": "submit", "arguments": {"answer": a}})}\n</tool_call>'
-             for a in sorted(set(answers))]
-    tokenizer.add_tokens([AddedToken(t, normalized=False, special=False) for t in CHAT_MARKUP + calls])
+    bodies = [submit_body(a) for a in sorted(set(answers))]
+    tokenizer.add_tokens([AddedToken(t, normalized=False, special=False) for t in CHAT_MARKUP + bodies])
     tokenizer.chat_template = qwen3_chat_template
     torch.manual_seed(seed)
     config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
                          tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
                          eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
-    return Qwen2ForCausalLM(config), tokenizer
+    model = Qwen2ForCausalLM(config)
+    teach_call_format(model, tokenizer, bodies, seed)
+    return model, tokenizer
+
+
+def teach_call_format(model: Any, tokenizer: Any, bodies: list[str], seed: int, steps: int = 60) -> None:
+    """Supervised steps on ``<tool_call>``, a ``submit`` body drawn at random, ``</tool_call><|im_end|>``,
+    after chat prompts of random length (TRL's prompt carries the tool schemas, which the toy vocabulary reads
+    as unknown characters): the model learns the format, not the answer."""
+    import torch
+
+    rng = np.random.default_rng(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(steps):
+        batch = []
+        for _ in range(8):
+            user = PROMPT + "x" * int(rng.integers(0, 2000))
+            prompt = tokenizer.apply_chat_template([{"role": "user", "content": user}], tokenize=False,
+                                                   add_generation_prompt=True)
+            call = "<tool_call>" + bodies[int(rng.integers(len(bodies)))] + "</tool_call><|im_end|>"
+            ids = tokenizer.encode(prompt + call, add_special_tokens=False)
+            batch.append((ids, len(ids) - len(tokenizer.encode(call, add_special_tokens=False))))
+        loss = sum(_completion_loss(model, ids, start) for ids, start in batch) / len(batch)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+
+
+def _completion_loss(model: Any, ids: list[int], start: int) -> Any:
+    import torch
+
+    tensor = torch.tensor([ids])
+    logits = model(tensor).logits[0, start - 1:-1]
+    return torch.nn.functional.cross_entropy(logits, tensor[0, start:])
 
 
 def train(url: str, steps: int = 5, seeds: list[int] | None = None, difficulty: int = 1,
@@ -87,7 +131,7 @@ def train(url: str, steps: int = 5, seeds: list[int] | None = None, difficulty: 
         model, tokenizer = toy_model(toolcalc_answers(seeds, difficulty), seed)
     rng = np.random.default_rng(seed)
     rows = [int(s) for s in rng.choice(seeds, size=8 * steps)]
-    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": "Solve this task with the tools."}]
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": PROMPT}]
                                             for _ in rows], "seed": rows})
     args = GRPOConfig(output_dir=output_dir or tempfile.mkdtemp(prefix="envfarm-grpo-"), max_steps=steps,
                       per_device_train_batch_size=8, num_generations=4, max_completion_length=16,
