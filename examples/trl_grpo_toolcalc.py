@@ -96,8 +96,8 @@ def teach_call_format(model: Any, tokenizer: Any, bodies: list[str], seed: int, 
             prompt = tokenizer.apply_chat_template([{"role": "user", "content": user}], tokenize=False,
                                                    add_generation_prompt=True)
             call = "<tool_call>" + bodies[int(rng.integers(len(bodies)))] + "</tool_call><|im_end|>"
-            ids = tokenizer.encode(prompt + call, add_special_tokens=False)
-            batch.append((ids, len(ids) - len(tokenizer.encode(call, add_special_tokens=False))))
+            prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
+            batch.append((prompt_ids + tokenizer.encode(call, add_special_tokens=False), len(prompt_ids)))
         loss = sum(_completion_loss(model, ids, start) for ids, start in batch) / len(batch)
         optimizer.zero_grad()
         loss.backward()
