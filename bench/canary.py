@@ -2,14 +2,14 @@
 
     python bench/canary.py                                 # the toy repo (tests/harness/toyrepo.py)
     python bench/canary.py --instances ../shared/data/swe-bench-lite/test.parquet \\
-        --instance-ids pallets__flask-4992 sympy__sympy-24152 --repo-source /work/mirrors --repeats 3
+        --instance-ids pallets__flask-4992 sympy__sympy-24152 --repo-source MIRRORS --repeats 3
 
 Every repeat runs each instance once without and once with canaries (order alternating, images warm), and
 reads the attempt's own timings from report.json: ``tests_s`` (the test command) and the whole attempt
 (sandbox start, copy, patch, test_patch, canary planting, tests, read-back). Grading on the host is timed
 separately (``grade_s``: swebench's parser plus the canary and completeness checks). The target is < 5% of
 test time.
-Prints and writes JSON (``--out``).
+Prints and writes JSON (``--out``). MIRRORS is the folder of repository mirrors (``<owner>__<repo>.git``).
 """
 
 from __future__ import annotations

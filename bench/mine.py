@@ -7,11 +7,11 @@
     python bench/mine.py --packages-file bench/packages-catalogue.txt --summarize  # figures so far, no run
     python bench/mine.py --compare-coverage --packages click==8.5.1 --max-tasks 10   # coverage vs names
 
-The target of issue #5: >= 200 harness-validated tasks from >= 5 projects in one command within 30 minutes.
+The target: >= 200 harness-validated tasks from >= 5 projects in one command within 30 minutes.
 Reported: tasks per project, mutants tried/kept/validated, the verdict mix, prepare/mining/validation
 times, the wall time, and the load average before and after (the machine may be shared: read the load).
 
-With ``--packages-file`` (issue #19) it mines a catalogue (``envfarm tasks mine --packages-file``) into
+With ``--packages-file`` it mines a catalogue (``envfarm tasks mine --packages-file``) into
 ``--catalogue`` (default ``out/catalogue/``), always resuming, and rewrites ``--json`` after every project:
 per project its status, tasks, seconds, where its tests were found and why it was skipped or failed;
 totals; and tasks per hour and per core-hour over the wall time of every invocation so far (recorded in

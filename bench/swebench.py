@@ -1,8 +1,8 @@
 """SWE-bench Lite and Verified in this environment: per repository, how many rows ran, resolved with gold and
 resolved unpatched, with the reason of every row that does not validate (from `envfarm harness validate`).
 
-    python bench/swebench.py --validate /tmp/val                      # every */validate.json under it
-    python bench/swebench.py --validate /tmp/val --docs docs/swebench --out bench/results/swebench.json
+    python bench/swebench.py --validate REPORTS                       # every */validate.json under it
+    python bench/swebench.py --validate REPORTS --docs docs/swebench --out bench/results/swebench.json
 
 Starts from the committed record of every row validated so far (``docs/swebench/results.jsonl``, one row of a
 ``validate.json`` per line with its run id: report folders do not outlive a machine, this file does), then
@@ -10,7 +10,8 @@ reads every ``validate.json`` given (files, or folders searched recursively); a 
 takes the newest result. Each dataset's rows are counted per repository and per (repo, version), with
 django, matplotlib and scikit-learn marked not mirrorable here (their histories exceed what a mirror can hold
 on this machine). Prints and writes JSON (``--out``); ``--docs DIR`` writes ``lite.md``, ``verified.md``,
-``validated.md`` (every row run, both sets) and the merged record (``results.jsonl``) there.
+``validated.md`` (every row run, both sets) and the merged record (``results.jsonl``) there. REPORTS is the
+``--report-dir`` of the ``envfarm harness validate`` runs.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ Two rules are envfarm's own; a finding of either makes the instance unresolved w
 
 - tamper findings that block resolution (a flagged or refused path, see ``tamper.py``). Without
   ``findings``, ``grade`` scans the model patch statically and flags what it finds, so grading a raw log of
-  an unprotected run cannot resolve swebench's #631 conftest exploit. The runner (``run.py``) reverts such
-  paths before the tests and passes its findings;
+  an unprotected run cannot resolve the conftest exploit of upstream swebench issue 631. The runner
+  (``run.py``) reverts such paths before the tests and passes its findings;
 - with ``canaries`` (what the runner planted, see ``canary.py``): rule ``canary`` when a canary test is
   missing from the parsed results or has the wrong outcome, and rule ``missing-tests`` when a FAIL_TO_PASS or
   PASS_TO_PASS test is absent or reported more than once with different outcomes. (swebench's own

@@ -1,12 +1,13 @@
 """Tamper rules: a model patch may change the code under test, not the machinery that judges it.
 
-swebench 5.0.2 resolves a patch that only adds a ``conftest.py`` flipping every outcome to passed (upstream
-issue #631). envfarm checks every path a model patch touches (the patch's own headers, plus what ``git
-status`` shows changed after it was applied) against the rules below, before the tests run. Under the
-default policy ``revert`` each offending path is restored to the base commit (or removed when new) and the
-tests run on the rest of the patch; ``flag`` leaves the file and marks the instance not resolved; ``off``
-reproduces SWE-bench (for comparisons only). Paths outside the repository or inside ``.git`` are always
-refused: the patch is not applied at all. The per-instance report lists each :class:`Finding`.
+swebench 5.0.2 resolves a patch that only adds a ``conftest.py`` flipping every outcome to passed
+(upstream swebench issue 631). envfarm checks every path a model patch touches (the patch's own headers,
+plus what ``git status`` shows changed after it was applied) against the rules below, before the tests
+run. Under the default policy ``revert`` each offending path is restored to the base commit (or removed when
+new) and the tests run on the rest of the patch; ``flag`` leaves the file and marks the instance not
+resolved; ``off`` reproduces SWE-bench (for comparisons only). Paths outside the repository or inside
+``.git`` are always refused: the patch is not applied at all. The per-instance report lists each
+:class:`Finding`.
 
 What the rules cannot catch: code in the patched package itself runs inside the test process and can
 rewrite the test framework in memory or print a fake run and exit (for pytest-dev/pytest the package *is*
@@ -41,7 +42,7 @@ class Policy(enum.StrEnum):
     FLAG = "flag"
     """Leave the change, run the tests, and mark the instance not resolved."""
     OFF = "off"
-    """Apply no rule (SWE-bench's behaviour, upstream #631): for comparisons only."""
+    """Apply no rule (SWE-bench's behaviour, upstream swebench issue 631): for comparisons only."""
 
 
 RULES: dict[str, str] = {

@@ -149,13 +149,13 @@ class TrainConfig:
     """RL learning rate (AdamW, fresh moments after SFT). Since tiny-cpu has its token shift, 3e-4 broke the
     tool-call syntax in 3 of 6 RL runs from its SFT checkpoints (from update ~7-9 the submit call's
     arguments stopped opening with ``{``; noisy teacher, 12 updates). With 1e-4 it held in a test series
-    (session 18: at most 15 of 500 greedy episodes with an invalid call) but sft_more scored above rl on
+    (at most 15 of 500 greedy episodes with an invalid call) but sft_more scored above rl on
     validation seeds from test run 0's checkpoint (0.644 / 0.430 greedy / sampled against 0.530 / 0.358).
     From that checkpoint and test run 1's, on validation seeds: 2e-4 gave rl 0.594 / 0.478 and 0.434 /
     0.326 (no breakage: at most 8 of a version's 93 episodes with an invalid call), and with
     ``max_staleness`` 2 as well 0.644 / 0.516 and 0.480 / 0.416 (sft_more 0.644 / 0.430 and 0.006 / 0.144).
-    The test series of these defaults (session 19, README): rl above sft and sft_more in all 12 paired CIs,
-    at most 21 of 500 greedy episodes with an invalid call. Without the shift, 3e-4 (sessions 6-16)."""
+    The test series of these defaults (README): rl above sft and sft_more in all 12 paired CIs, at most 21
+    of 500 greedy episodes with an invalid call. Before the token shift the default was 3e-4."""
     ppo_epochs: int = 1
     """Optimizer steps on each update's samples (PPO epochs). Above 1 the later steps are off-policy and the
     behaviour logprobs' clipped ratio bounds how far they move: more learning per sampled episode, and

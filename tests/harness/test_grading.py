@@ -1,4 +1,5 @@
-"""grade(): swebench's own parsers and resolution status, plus envfarm's tamper rule (upstream #631)."""
+"""grade(): swebench's own parsers and resolution status, plus envfarm's tamper rule (upstream swebench
+issue 631)."""
 
 from __future__ import annotations
 
@@ -69,7 +70,8 @@ def _prediction(inst: Instance, patch: str) -> dict[str, str]:
 def test_conftest_exploit_is_not_resolved_where_swebench_resolves_it(
     toy_instance: Instance, tmp_path: Path
 ) -> None:
-    """Upstream #631: the log of a run with the flipping conftest.py in place says every test passed."""
+    """Upstream swebench issue 631: the log of a run with the flipping conftest.py in place says every test
+    passed."""
     exploited = log(F2P + P2P)
     path = tmp_path / "test_output.txt"
     path.write_text(exploited)
@@ -77,7 +79,7 @@ def test_conftest_exploit_is_not_resolved_where_swebench_resolves_it(
     spec = _upstream_spec(sw, toy_instance)
     pred = _prediction(toy_instance, PATCHES["conftest"])
     upstream = sw.grading.get_eval_report(spec, pred, str(path), include_tests_status=True)
-    assert upstream[toy_instance.instance_id]["resolved"] is True, "swebench 5.0.2 resolves it (#631)"
+    assert upstream[toy_instance.instance_id]["resolved"] is True, "swebench 5.0.2 resolves it"
     ours = grade(toy_instance, path, model_patch=PATCHES["conftest"])
     assert not ours.resolved and ours.status is ResolutionStatus.NO
     assert [(f.rule, f.path, f.action) for f in ours.findings] == [("conftest", "conftest.py", "flagged")]

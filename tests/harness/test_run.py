@@ -236,7 +236,8 @@ def test_tamper_policies_and_canaries(
     rules: list[str],
 ) -> None:
     """``off`` without canaries is SWE-bench's behaviour: the flipping conftest.py resolves the instance
-    (upstream #631). With canaries on, no path rule is needed: the must-fail canaries come out passed."""
+    (upstream swebench issue 631). With canaries on, no path rule is needed: the must-fail canaries come out
+    passed."""
     report = run(toy, tmp_path, ("conftest",), tamper=policy, canaries=canaries).reports[
         "envfarm-tests__calc-conftest"
     ]

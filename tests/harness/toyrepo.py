@@ -132,7 +132,7 @@ PATCHES = {
         "@@ -3,7 +3,7 @@", "@@ -3,7 +3,8 @@"
     ),
     "oom": _HEAD + _MUL_FIX.replace("+    return a * b", "+    return len(b'x' * (4 << 30))"),
-    # swebench #631: only a conftest.py that turns every failed test into a pass
+    # upstream swebench issue 631: only a conftest.py that turns every failed test into a pass
     "conftest": textwrap.dedent("""\
         diff --git a/conftest.py b/conftest.py
         new file mode 100644

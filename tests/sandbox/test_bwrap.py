@@ -23,6 +23,8 @@ from envfarm.sandbox.base import Limits
 from envfarm.sandbox.bwrap import DEFAULT_HOST_UID, BwrapBackend, BwrapHandle, check_rootfs
 from envfarm.sandbox.cgroups import Cgroup, CgroupTree, cgroup_name
 
+CHECKOUT = Path(__file__).resolve().parents[2]
+
 
 @pytest.fixture(scope="module")
 def rootfs() -> Path:
@@ -109,7 +111,7 @@ async def test_host_paths_not_visible(backend: BwrapBackend, tmp_path: Path) -> 
     marker = tmp_path / "host-marker"
     marker.write_text("secret")
     async with backend.open() as sb:
-        for path in (str(marker), "/work/main", str(Path.cwd()), "/var/run/docker.sock", "/run/docker.sock",
+        for path in (str(marker), str(CHECKOUT), str(Path.cwd()), "/var/run/docker.sock", "/run/docker.sock",
                      str(backend.config.cgroup_root / "pids")):
             res = await sb.exec(["test", "-e", path])
             assert res.exit_code == 1, path
