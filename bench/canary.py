@@ -1,6 +1,6 @@
 """What canary tests cost: the gold run of each instance with canaries off and on, alternated, in one run.
 
-    python bench/canary.py                                 # the toy repo (tests/harness/toyrepo.py)
+    python bench/canary.py                                 # the toy repo (envfarm/testing/toyrepo.py)
     python bench/canary.py --instances ../shared/data/swe-bench-lite/test.parquet \\
         --instance-ids pallets__flask-4992 sympy__sympy-24152 --repo-source MIRRORS --repeats 3
 
@@ -18,18 +18,15 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from envfarm.harness import HarnessConfig, Instance, Prediction, evaluate, load_instances
+from envfarm.harness.instances import instance_from_row
+from envfarm.testing import toyrepo
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "harness"))
-
-import toyrepo  # noqa: E402
-
-from envfarm.harness import HarnessConfig, Instance, Prediction, evaluate, load_instances  # noqa: E402
-from envfarm.harness.instances import instance_from_row  # noqa: E402
 
 
 def toy_setup(work: Path) -> tuple[list[Instance], Path, tuple[Path, ...]]:

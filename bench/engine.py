@@ -6,7 +6,7 @@ Hugging Face model and the same farm load; prints and writes JSON.
     python bench/engine.py --out bench/results/engine.json
     python bench/engine.py --model models/qwen2.5-0.5b-instruct --device cuda    # on a GPU machine (untested)
 
-The model: the tests' tiny Qwen2 (tests/trainer/hf_support.py: random init, a BPE tokenizer trained on
+The model: the tests' tiny Qwen2 (envfarm/testing/tiny_hf.py: random init, a BPE tokenizer trained on
 ToolCalc text, ChatML + Hermes tool calls), hidden 64 in 2 heads (vLLM's CPU attention needs head size >= 32).
 Each engine, one after the other (never two at once):
 
@@ -34,7 +34,6 @@ import asyncio
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -43,12 +42,10 @@ from typing import Any
 import aiohttp
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "trainer"))
-from hf_support import tiny_qwen2  # the tests' model builder, not a copy
-
 from envfarm.rollout import Farm
 from envfarm.rollout.openai_policy import OpenAIPolicy
 from envfarm.rollout.trajectory import Trajectory
+from envfarm.testing.tiny_hf import tiny_qwen2  # the tests' model builder, not a copy
 from envfarm.trainer.base import VERSION_HEADER, WEIGHTS_CONTENT_TYPE
 from envfarm.trainer.engines import RolloutEngine, make_engine
 from envfarm.trainer.learner import Learner, learner_config

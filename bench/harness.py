@@ -1,6 +1,6 @@
 """Harness benchmark: per-instance wall time against running the same tests directly on the host.
 
-    python bench/harness.py                      # the toy repo (tests/harness/toyrepo.py), 4 instances
+    python bench/harness.py                      # the toy repo (envfarm/testing/toyrepo.py), 4 instances
     python bench/harness.py --instances 8 --out bench/results/harness.json
     python bench/harness.py --flask-mirror DIR   # also the three SWE-bench Lite flask rows (harness only)
 
@@ -28,14 +28,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from envfarm.harness import HarnessConfig, Instance, Prediction, RunReport, evaluate, load_instances
+from envfarm.harness.instances import instance_from_row
+from envfarm.harness.repos import snapshot
+from envfarm.testing import toyrepo
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "harness"))
-
-import toyrepo  # noqa: E402
-
-from envfarm.harness import HarnessConfig, Instance, Prediction, RunReport, evaluate, load_instances  # noqa: E402
-from envfarm.harness.instances import instance_from_row  # noqa: E402
-from envfarm.harness.repos import snapshot  # noqa: E402
 
 FLASK = ("pallets__flask-4045", "pallets__flask-4992", "pallets__flask-5063")
 

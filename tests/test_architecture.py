@@ -4,6 +4,9 @@
 - no import cycle between files (a helper two files share lives one floor down, in a module both import);
 - an env knows no orchestrator: nothing under ``envs/`` imports the farm, the trainer or the CLI;
 - ``sandbox/`` imports nothing above it; ``harness/`` imports no env, farm or trainer;
+- the product never imports its test and red-team support: nothing under ``harness/``, ``envs/``,
+  ``sandbox/``, ``trainer/`` or ``envfarm/rollout/`` imports ``envfarm.testing`` (a grader that imported its
+  own attacks could be steered by them);
 - a default backend is named once (``sandbox/values.py``): no ``backend = "docker"`` default anywhere else.
 
 Modules are named as installed (``envs/core.py`` is ``envfarm.envs.core``), from pyproject's package-dir.
@@ -24,6 +27,8 @@ DATA = ("envs/code_repair/builtin",)  # task data: projects with their own impor
 ABOVE_ENVS = ("envfarm.rollout", "envfarm.trainer", "envfarm.commands", "envfarm.cli", "envfarm.dashboard")
 ABOVE_HARNESS = ("envfarm.envs", *ABOVE_ENVS)
 ABOVE_SANDBOX = ("envfarm.harness", *ABOVE_HARNESS)
+TEST_SUPPORT = "envfarm.testing"
+PRODUCT = ("envfarm.harness", "envfarm.envs", "envfarm.sandbox", "envfarm.trainer", "envfarm.rollout")
 
 
 @cache
@@ -141,6 +146,12 @@ def test_no_import_cycle_between_files() -> None:
 ], ids=["envs-know-no-orchestrator", "harness", "sandbox"])
 def test_layers_import_nothing_above_them(layer: str, above: tuple[str, ...]) -> None:
     assert not _violations(layer, above)
+
+
+@pytest.mark.parametrize("layer", PRODUCT)
+def test_the_product_imports_no_test_support(layer: str) -> None:
+    assert f"{TEST_SUPPORT}.exploits" in modules()  # the rule looks at a package that exists
+    assert not _violations(layer, (TEST_SUPPORT,)), f"{layer} imports {TEST_SUPPORT}: move what it needs down"
 
 
 def _backend_defaults(tree: ast.AST) -> Iterator[int]:

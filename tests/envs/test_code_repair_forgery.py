@@ -1,4 +1,4 @@
-"""CodeRepair-v0 under attack: the forgery suite (harness/exploits.py) played as real episodes on docker.
+"""CodeRepair-v0 under attack: the forgery suite (envfarm.testing.exploits) played as real episodes on docker.
 
 The policy writes each forgery into the workspace with its own bash tool and submits; the env grades the
 workspace diff with the harness (tamper rules + canary tests). No forgery of any class may earn reward.
@@ -17,7 +17,7 @@ import pytest
 
 import envfarm.envs  # noqa: F401 - registers the envs
 from envfarm.envs.code_repair.env import CodeRepairEnv
-from envfarm.harness.exploits import Exploit, Target, exploits_for
+from envfarm.testing.exploits import Exploit, Target, exploits_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

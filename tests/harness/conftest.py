@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from toyrepo import LITE, make_repo, row, write_spec
 
 from envfarm.harness import Instance, load_instances
 from envfarm.harness.instances import instance_from_row
+from envfarm.testing.toyrepo import LITE, make_repo, row, write_spec
 
 
 @pytest.fixture(scope="session")

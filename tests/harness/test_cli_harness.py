@@ -7,12 +7,12 @@ import re
 from pathlib import Path
 
 import pytest
-from toyrepo import PATCHES, row, write_spec
 from typer.testing import CliRunner
 
 from envfarm.cli import app as root
 from envfarm.commands.harness import app
 from envfarm.errors import DatasetError
+from envfarm.testing.toyrepo import PATCHES, row, write_spec
 
 
 def test_plan_lists_ready_rows_and_the_specs_to_write(tmp_path: Path, lite_parquet: Path) -> None:

@@ -8,7 +8,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from toyrepo import row
 from typer.testing import CliRunner
 
 from envfarm.cli import app as root
@@ -17,6 +16,7 @@ from envfarm.harness.disk import PULLED_LABEL, EnvDisk, HarnessImage, _version_o
 from envfarm.harness.images import KIND_LABEL, ImageBuilder
 from envfarm.harness.instances import instance_from_row
 from envfarm.sandbox import dockerutil
+from envfarm.testing.toyrepo import row
 
 MB = 1_000_000
 

@@ -7,13 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
-from toyrepo import REPO, row, write_spec
 from typer.testing import CliRunner
 
 from envfarm.commands.harness import app
 from envfarm.harness import SpecCatalog, load_instances
 from envfarm.harness.env_builds import plan_envs
 from envfarm.sandbox import dockerutil
+from envfarm.testing.toyrepo import REPO, row, write_spec
 
 BROKEN = "envfarm-tests/broken"
 

@@ -6,13 +6,13 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from toyrepo import PATCHES, row
 
 from envfarm.errors import HarnessError
 from envfarm.harness import ErrorKind, Event, HarnessConfig, Instance, Outcome, Prediction, evaluate
 from envfarm.harness.grading import error_report
 from envfarm.harness.instances import instance_from_row
 from envfarm.harness.report import RunFolder
+from envfarm.testing.toyrepo import PATCHES, row
 
 
 def unknown(n: int) -> Instance:

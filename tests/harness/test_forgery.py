@@ -1,4 +1,5 @@
-"""The forgery suite (harness/exploits.py) against the harness on real docker, one test per forgery class.
+"""The forgery suite (envfarm.testing.exploits) against the harness on real docker, one test per forgery
+class.
 
 Each exploit is a patch that fixes nothing and tries to be graded resolved. Every class is run twice on the
 toy repository: with SWE-bench's grading (``--tamper off --no-canaries``), where at least one exploit of the
@@ -14,15 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from toyrepo import KEY, PATCHES, row
 
 from envfarm.harness import InstanceReport, Policy, grade
-from envfarm.harness.exploits import Exploit, Target, exploits_for, render_patch
 from envfarm.harness.images import ImageBuilder
 from envfarm.harness.instances import instance_from_row
 from envfarm.harness.run import run_attempt, sandbox_limits
 from envfarm.harness.specs import Plan, SpecCatalog
 from envfarm.sandbox import Backend, get_backend
+from envfarm.testing.exploits import Exploit, Target, exploits_for, render_patch
+from envfarm.testing.toyrepo import KEY, PATCHES, row
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

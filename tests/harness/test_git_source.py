@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 from servers import git_daemon
-from toyrepo import KEY, REPO, git, row
 from typer.testing import CliRunner
 
 from envfarm.cli import app as root
 from envfarm.errors import ConfigError, RepoNotFound
 from envfarm.harness import repos
 from envfarm.harness.repos import candidate_urls, locate, parse_source, snapshot
+from envfarm.testing.toyrepo import KEY, REPO, git, row
 
 
 def _serve(source: Path, served: Path) -> Path:

@@ -9,10 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from toyrepo import PATCHES
-
 from envfarm.harness import Instance, InstanceReport, Outcome, ResolutionStatus, _swebench, grade
 from envfarm.harness.grading import ErrorKind, error_report
+from envfarm.testing.toyrepo import PATCHES
 
 F2P = ("tests/test_ops.py::test_mul", "tests/test_ops.py::test_div")
 P2P = ("tests/test_ops.py::test_add", "tests/test_ops.py::test_add_negative")

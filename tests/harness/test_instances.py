@@ -8,11 +8,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from toyrepo import row
 
 from envfarm.errors import DatasetError
 from envfarm.harness import GOLD, Instance, load_instances, load_predictions, select
 from envfarm.harness.instances import instance_from_row
+from envfarm.testing.toyrepo import row
 
 
 def test_all_300_lite_rows_load_as_v5_instances(lite: list[Instance]) -> None:

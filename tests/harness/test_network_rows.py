@@ -11,11 +11,11 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from toyrepo import REPO, TEST_PATCH, row
 
 from envfarm.harness import HarnessConfig, evaluate, load_predictions
 from envfarm.harness.env_spec import spec_path
 from envfarm.harness.instances import instance_from_row
+from envfarm.testing.toyrepo import REPO, TEST_PATCH, row
 
 NET_TESTS = textwrap.dedent("""\
     import json

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from servers import registry
-from toyrepo import KEY, git, row
 
 from envfarm import config
 from envfarm.errors import ConfigError, ImageError, ImageMismatch, ImagePullError
@@ -25,6 +24,7 @@ from envfarm.harness.instances import Instance, instance_from_row
 from envfarm.harness.pull import official_name, pull_instance, pull_ref
 from envfarm.harness.specs import Plan
 from envfarm.sandbox import dockerutil
+from envfarm.testing.toyrepo import KEY, git, row
 
 
 def _inst(iid: str, base: str, image: str = "") -> Instance:

@@ -6,10 +6,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from toyrepo import KEY, REPO, git
 
 from envfarm.errors import RepoNotFound
 from envfarm.harness.repos import archive, find_repo, snapshot
+from envfarm.testing.toyrepo import KEY, REPO, git
 
 
 def test_snapshot_has_one_commit_and_no_future(toy: tuple[Path, str, Path], tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The harness end to end on the real docker backend, with the toy repository (tests/harness/toyrepo.py).
+"""The harness end to end on the real docker backend, with the toy repository (envfarm/testing/toyrepo.py).
 
 Images are cached by content hash: the env image and the instance images are built once per machine (about
 half a minute on two cores) and found again by later sessions; each instance then costs one sandbox start.
@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-from toyrepo import KEY, PATCHES, row
 
 from envfarm.harness import (
     ErrorKind,
@@ -31,6 +30,7 @@ from envfarm.harness.images import PRISTINE, ImageBuilder
 from envfarm.harness.instances import instance_from_row
 from envfarm.harness.specs import SpecCatalog
 from envfarm.sandbox import Limits, get_backend
+from envfarm.testing.toyrepo import KEY, PATCHES, row
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from toyrepo import row
 
 from envfarm.errors import ConfigError, SpecNotFound
 from envfarm.harness import Instance, SpecCatalog, plan_all
 from envfarm.harness.instances import instance_from_row
 from envfarm.harness.specs import directives_for, eval_script_command, eval_script_exports
 from envfarm.harness.upstream_specs import DerivedEnvSpec
+from envfarm.testing.toyrepo import row
 
 
 def test_every_lite_row_plans(lite: list[Instance]) -> None:

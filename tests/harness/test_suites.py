@@ -12,12 +12,12 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from toyrepo import KEY, PATCHES, row, write_spec
 
 from envfarm.harness import HarnessConfig, Prediction, ResolutionStatus, SpecCatalog, evaluate
 from envfarm.harness.images import build_env
 from envfarm.harness.instances import instance_from_row
 from envfarm.sandbox import dockerutil
+from envfarm.testing.toyrepo import KEY, PATCHES, row, write_spec
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

@@ -10,13 +10,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from toyrepo import KEY, PATCHES, row
 from typer.testing import CliRunner
 
 from envfarm.cli import app
 from envfarm.harness import Event, HarnessConfig, Instance, ResolutionStatus, grade
 from envfarm.harness.instances import instance_from_row
 from envfarm.harness.validate import REASONS, Validation, judge, validate
+from envfarm.testing.toyrepo import KEY, PATCHES, row
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 import transformers  # make setup installs the hf extra: a missing one fails here, not a silent skip
-from hf_support import bpe_tokenizer
 
+from envfarm.testing.tiny_hf import bpe_tokenizer
 from envfarm.trainer.generate import generate
 from envfarm.trainer.policy import load_policy, save_policy
 from envfarm.trainer.server import PolicyServer

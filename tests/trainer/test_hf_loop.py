@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from hf_support import tiny_qwen2
 
 from envfarm.rollout.trajectory import Trajectory
+from envfarm.testing.tiny_hf import tiny_qwen2
 from envfarm.trainer.learner import Learner, LearnerConfig
 from envfarm.trainer.policy import load_policy
 from envfarm.trainer.samples import TokenSample

@@ -23,13 +23,13 @@ import aiohttp
 import pytest
 import torch
 import transformers
-from hf_support import tiny_qwen2
 from typer.testing import CliRunner
 
 from envfarm.cli import app
 from envfarm.errors import ConfigError, EngineStartError
 from envfarm.rollout.openai_policy import OpenAIPolicy
 from envfarm.rollout.policies import EpisodeView
+from envfarm.testing.tiny_hf import tiny_qwen2
 from envfarm.trainer.learner import Learner, LearnerConfig
 from envfarm.trainer.logprob_check import logprob_mismatch
 from envfarm.trainer.policy import load_policy

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from hf_support import tiny_qwen2
 from plugin_support import install_plugins, plugin_package
 from safetensors.torch import load_file
 
 from envfarm.rollout.trajectory import Trajectory, Turn
+from envfarm.testing.tiny_hf import tiny_qwen2
 from envfarm.trainer.logprob_check import logprob_mismatch
 from envfarm.trainer.policy import load_policy
 from envfarm.trainer.samples import TokenSample

@@ -1,5 +1,5 @@
-"""Helpers of the Hugging Face tests: a byte-level BPE tokenizer trained here and a tiny Qwen2 built on it
-(random init; nothing downloaded)."""
+"""A byte-level BPE tokenizer trained here and a tiny Qwen2 built on it (random init; nothing downloaded):
+the models of the Hugging Face tests and of bench/engine.py. Needs the ``hf`` and ``train`` extras."""
 
 from __future__ import annotations
 
