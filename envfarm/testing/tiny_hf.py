@@ -33,8 +33,8 @@ def bpe_tokenizer(chat_template: str | None, corpus: Sequence[str] = CORPUS,
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tk.train_from_iterator(list(corpus), trainer)
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|im_end|>",
-                                                pad_token="<|endoftext|>")
+    fast = transformers.PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers: untyped
+        tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     if chat_template:
         fast.chat_template = chat_template
     return fast
