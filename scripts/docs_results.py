@@ -1,0 +1,254 @@
+"""Generate the docs' results pages from the committed measurements.
+
+- ``docs/results/benchmarks.md`` from ``bench/results/*.json`` (what the ``bench/`` scripts write): one
+  section per file with the command that reproduces it and the date it was measured.
+- ``docs/results/swebench.md`` from ``docs/swebench/results.jsonl`` (the record of ``harness validate`` runs)
+  and the per-set totals of ``docs/swebench/lite.md`` / ``verified.md`` (``bench/swebench.py`` writes those).
+
+Usage: ``python scripts/docs_results.py`` (writes the pages) or ``--check`` (exit 1 if a page is stale;
+``tests/test_docs.py`` does the same). A result file without a ``date`` field takes its date from
+``MEASURED``: add a line there when committing a new one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+MEASURED: dict[str, str] = {
+    "engine.json": "2026-12-01",
+    "swebench/results.jsonl": "2026-12-02",
+}
+"""When each committed result was measured, for files that do not record it themselves."""
+
+
+@dataclass(frozen=True)
+class Bench:
+    """What a ``bench/results/<name>.json`` file is and how to reproduce it."""
+
+    title: str
+    command: str
+    render: Callable[[dict[str, Any]], list[str]]
+
+
+def _fmt(value: object) -> str:
+    """A number as the tables show it: thousands separated, at most 4 significant digits for floats."""
+    if isinstance(value, bool) or value is None:
+        return "-" if value is None else str(value).lower()
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+    return str(value)
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:,.1f} ms"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def _engine_row(arm: dict[str, Any]) -> dict[str, str]:
+    farm, update, idle, busy = arm["farm"], arm["update"], arm["sync_idle"], arm["sync_under_load"]
+    median, mismatch = update["median"], update["logprob_mismatch"]
+    return {
+        "start": "-" if not arm["start_s"] else f"{arm['start_s']:.0f} s",
+        "farm": f"{_fmt(farm['tokens_per_s'])} tokens/s ({farm['wall_s']:.1f} s)",
+        "idle": f"{_ms(idle['median_total_s'])} / {_ms(idle['max_total_s'])}",
+        "load": f"{_ms(busy['median_total_s'])} / {_ms(busy['max_total_s'])}",
+        "update": f"sampling {median['sampling_s']:.1f} s, learning {median['learning_s']:.1f} s, "
+        f"sync {median['sync_s']:.3f} s",
+        "logprob": f"max {mismatch['max']:.2g} over {_fmt(mismatch['tokens'])} tokens",
+    }
+
+
+def render_engine(data: dict[str, Any]) -> list[str]:
+    """``bench/engine.py``: the built-in policy server against vLLM on one tiny model."""
+    model, load, machine = data["model"], data["load"], data["machine"]
+    builtin, vllm = _engine_row(data["builtin"]), _engine_row(data["vllm"])
+    labels = {
+        "start": "engine start",
+        "farm": "farm sampling (completion tokens/s)",
+        "idle": "weight sync, idle (median / max)",
+        "load": "weight sync while the farm samples (median / max)",
+        "update": "one RL update (median)",
+        "logprob": "learner recompute vs the engine's logprobs",
+    }
+    rows = [[label, builtin[key], vllm[key]] for key, label in labels.items()]
+    return [
+        f"{model['kind']}, {_fmt(model['params'])} parameters, for both engines; {load['episodes']} "
+        f"{load['env']} episodes at concurrency {load['concurrency']}, T={load['temperature']}, "
+        f"{load['max_tokens']} tokens per turn, {load['backend']}; {machine['cpus']} CPUs, load average "
+        f"{machine['load_avg_start']:.1f} at the start, {machine['load_avg_end']:.1f} at the end.",
+        "",
+        *_table(["", "built-in (`envfarm serve`)", "vLLM (`--engine vllm`)"], rows),
+        "",
+        f"vLLM over built-in, farm sampling: **{data['vllm_over_builtin_tokens_per_s']:.2f}x**.",
+    ]
+
+
+def _leaves(data: object, prefix: str = "") -> Iterator[tuple[str, object]]:
+    if isinstance(data, dict):
+        for key, value in data.items():
+            yield from _leaves(value, f"{prefix}.{key}" if prefix else str(key))
+    elif not isinstance(data, list):
+        yield prefix, data
+
+
+def render_generic(data: dict[str, Any]) -> list[str]:
+    """Any other result file: its scalar fields (lists left out), at most 60."""
+    rows = [[f"`{key}`", _fmt(value)] for key, value in _leaves(data)][:60]
+    return _table(["field", "value"], rows)
+
+
+BENCHES: dict[str, Bench] = {
+    "engine.json": Bench("Rollout engines: built-in server vs vLLM", "python bench/engine.py", render_engine),
+    "sandbox.json": Bench("Sandboxes", "python bench/sandbox.py", render_generic),
+    "farm.json": Bench("Rollout farm overhead", "python bench/farm.py", render_generic),
+    "ray_farm.json": Bench("Farm on Ray", "python bench/ray_farm.py", render_generic),
+    "harness.json": Bench("Harness", "python bench/harness.py", render_generic),
+    "trainer.json": Bench("Learner", "python bench/trainer.py", render_generic),
+    "serve.json": Bench("Policy server", "python bench/serve.py", render_generic),
+    "openenv.json": Bench("OpenEnv server", "python bench/openenv.py", render_generic),
+    "swebench.json": Bench("SWE-bench images and overhead", "python bench/swebench.py", render_generic),
+}
+
+
+def measured(name: str, data: dict[str, Any]) -> str:
+    """The date a result was measured: its own ``date`` field, else ``MEASURED``."""
+    return str(data.get("date") or MEASURED.get(name, "not recorded"))
+
+
+def bench_section(path: Path) -> list[str]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    bench = BENCHES.get(path.name, Bench(path.stem, f"python bench/{path.stem}.py", render_generic))
+    return [
+        f"## {bench.title}",
+        "",
+        f"Measured {measured(path.name, data)} with `{bench.command}` (`bench/results/{path.name}`).",
+        "",
+        *bench.render(data),
+        "",
+    ]
+
+
+def render_benchmarks(root: Path) -> str:
+    files = sorted((root / "bench" / "results").glob("*.json"))
+    lines = [
+        "# Benchmark results",
+        "",
+        "Generated by `python scripts/docs_results.py` from `bench/results/*.json`; do not edit by hand.",
+        "Each section names the command that reproduces it. How each benchmark works:",
+        "[Benchmarks](../guides/benchmarks.md); figures without a committed JSON file:",
+        "[Measurements](measurements.md).",
+        "",
+    ]
+    for path in files:
+        lines += bench_section(path)
+    if not files:
+        lines += ["No result files are committed yet.", ""]
+    return "\n".join(lines)
+
+
+def _set_total(page: Path) -> list[str] | None:
+    """lite.md / verified.md's ``**mirrorable, total**`` row: rows, run, gold resolved, empty resolved."""
+    if not page.is_file():
+        return None
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.startswith("| **mirrorable, total**"):
+            return [cell.strip() for cell in line.strip("|").split("|")][1:5]
+    return None
+
+
+def _repo_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
+    table = []
+    for repo in sorted({row["repo"] for row in rows}):
+        mine = [row for row in rows if row["repo"] == repo]
+        reasons = Counter(row["reason"] for row in mine if row["reason"])
+        table.append([
+            repo,
+            str(len(mine)),
+            str(sum(row["validated"] for row in mine)),
+            str(sum("resolved" in row["gold"] for row in mine)),
+            str(sum(row["empty"] == "resolved" for row in mine)),
+            ", ".join(f"{reason} {n}" for reason, n in sorted(reasons.items())) or "-",
+        ])  # fmt: skip
+    return table
+
+
+def _swebench_rows(docs: Path) -> list[dict[str, Any]]:
+    text = (docs / "results.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line]
+
+
+def render_swebench(root: Path) -> str:
+    docs = root / "docs" / "swebench"
+    rows = _swebench_rows(docs)
+    sets = [(name, _set_total(docs / f"{name.lower()}.md")) for name in ("Lite", "Verified")]
+    set_rows = [[name, *total] for name, total in sets if total]
+    validated = sum(row["validated"] for row in rows)
+    empty = sum(row["empty"] == "resolved" for row in rows)
+    header = ["repository", "rows run", "validated", "gold resolved", "empty resolved", "reasons"]
+    lines = [
+        "# SWE-bench results",
+        "",
+        "Generated by `python scripts/docs_results.py` from `docs/swebench/results.jsonl`, the record",
+        f"of `envfarm harness validate` runs (last measured {MEASURED['swebench/results.jsonl']}); do not",
+        "edit by hand. A row validates when the gold patch resolves it and the unpatched code (test_patch",
+        "applied, no fix) does not. How the runs were made and how to resume them:",
+        "[SWE-bench runs](../swebench/README.md).",
+        "",
+        f"**{len(rows)} rows run, {validated} validate**; the unpatched code resolves {empty}.",
+        "",
+        "## Per set (the repositories that can be mirrored)",
+        "",
+        *_table(["set", "rows", "rows run", "gold resolved", "empty resolved"], set_rows),
+        "",
+        "Per (repo, version) and every row that does not validate: [Lite](../swebench/lite.md),",
+        "[Verified](../swebench/verified.md); every row: [rows](../swebench/validated.md).",
+        "",
+        "## Per repository (Lite and Verified together)",
+        "",
+        *_table(header, _repo_rows(rows)),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def render_all(root: Path = ROOT) -> dict[Path, str]:
+    """Every generated page and its text."""
+    results = root / "docs" / "results"
+    return {
+        results / "benchmarks.md": render_benchmarks(root),
+        results / "swebench.md": render_swebench(root),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a generated page is out of date")
+    args = parser.parse_args(argv)
+    stale = []
+    for path, text in render_all().items():
+        if path.is_file() and path.read_text(encoding="utf-8") == text:
+            continue
+        stale.append(path)
+        if not args.check:
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path.relative_to(ROOT)}")
+    return 1 if args.check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
