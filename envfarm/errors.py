@@ -34,7 +34,10 @@
     │   ├── PolicyUnavailable (ConnectionError)  the policy server is down, refuses us or stays overloaded
     │   │                                     past the retry budget: the run stops, exit non-zero
     │   ├── LearnerUnavailable (ConnectionError) the learner took no delivery for too long; the spool keeps
-    │   │                                     everything -> fix the learner, then `--resume RUN`
+    │   │                                     everything -> fix the learner, then `envfarm farm deliver RUN`
+    │   ├── SinkFailed                        a sink raised something other than a delivery failure (a bug
+    │   │                                     in it): the run stops, the other sinks drain, the spool keeps
+    │   │                                     its share -> fix it, then `envfarm farm deliver RUN`
     │   └── ClusterUnavailable (ConnectionError) `--ray`: ray not installed, no cluster at the address, no
     │                                         node fits, or every farm worker was lost -> `make setup`,
     │                                         `ray start`, then `--resume RUN`
@@ -56,6 +59,10 @@ from __future__ import annotations
 
 class FarmError(Exception):
     """Base of every error envfarm raises on purpose."""
+
+    def add_detail(self, text: str) -> None:
+        """Append a line to the message (the CLI prints it under the red first line)."""
+        self.args = (f"{self}\n{text}",)
 
 
 class ConfigError(FarmError, ValueError):
@@ -167,7 +174,12 @@ class PolicyUnavailable(RolloutError, ConnectionError):
 
 
 class LearnerUnavailable(RolloutError, ConnectionError):
-    """The learner endpoint accepted no delivery for too long; the run's spool keeps every trajectory."""
+    """The learner endpoint (or another sink) accepted no delivery for too long; the run's spool keeps every
+    trajectory it did not take."""
+
+
+class SinkFailed(RolloutError):
+    """A sink raised an error that is no delivery failure; the run stopped and the spool keeps its share."""
 
 
 class ClusterUnavailable(RolloutError, ConnectionError):

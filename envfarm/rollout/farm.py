@@ -15,10 +15,15 @@ is full (backpressure from a slow learner), not while the policy's weight versio
 once, whatever the concurrency. Finished trajectories go to the spool (fsync'd), then to the caller; each
 sink's :class:`Delivery` tails the spool.
 
-Faults: see ``episode.py`` for one episode. :class:`PolicyUnavailable` (or :class:`LearnerUnavailable`)
-stops the run: in-flight episodes are cancelled and written to RUN/interrupted.jsonl, the spool is closed,
-the summary written, and ``run()`` raises the error. ``stop()`` drains (no new episodes; in-flight ones
-finish, for at most ``drain_timeout_s``); ``stop(cancel=True)`` cancels the in-flight ones.
+Faults: see ``episode.py`` for one episode. :class:`PolicyUnavailable`, :class:`LearnerUnavailable` or
+:class:`SinkFailed` (a sink with a bug) stops the run: in-flight episodes are cancelled and written to
+RUN/interrupted.jsonl, the summary written, and ``run()`` raises the error. ``stop()`` drains (no new
+episodes; in-flight ones finish, for at most ``drain_timeout_s``); ``stop(cancel=True)`` cancels the
+in-flight ones. Every stop, these and the Ray driver's included, first lets every sink take every finished
+trajectory (lines an episode cancelled mid-append left queued for the spool too), for at most
+``flush_timeout_s``; what a sink that is down did not take stays in the spool, and the summary's
+``undelivered`` and the error's message say how many, where, and that ``envfarm farm deliver RUN`` delivers
+them.
 """
 
 from __future__ import annotations
@@ -33,19 +38,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envfarm.errors import ConfigError, FarmError, LearnerUnavailable
+from envfarm.errors import ConfigError, FarmError, LearnerUnavailable, SinkFailed
 from envfarm.sandbox import BACKENDS, Backend, get_backend
 from envfarm.sandbox.pool import Pools, SandboxPool
 from envfarm.sandbox.values import DEFAULT_BACKEND, TIMEOUTS
 
+from .deliver import sink_options
 from .environments import env_defaults, make_env, start_pools
 from .episode import Episode, play
 from .live import LiveFile
 from .policies import Policy
 from .runs import RunDir, RunSpec
-from .sinks import Delivery, Sink
+from .sinks import Delivery, Sink, finish_feeding
 from .spool import Spool
-from .summary import Live, Summary, Tally
+from .summary import Live, Summary, Tally, Undelivered
 from .trajectory import Trajectory
 
 log = logging.getLogger(__name__)
@@ -91,7 +97,8 @@ class FarmConfig:
     drain_timeout_s: float = 60.0
     """After stop(): how long in-flight episodes may take before they are cancelled."""
     flush_timeout_s: float = 30.0
-    """At the end: how long sinks may take to deliver their backlog (the rest stays in the spool)."""
+    """However the run ends or stops: how long sinks may take to deliver their backlog (what a sink that is
+    down did not take stays in the spool; `envfarm farm deliver RUN` delivers it later)."""
     learner_timeout_s: float = 300.0
     """A sink that blocks the farm (full backlog) and fails for this long stops the run."""
 
@@ -133,7 +140,8 @@ class Farm:
         self.live = Live(total=config.episodes)
         self.run_dir: RunDir | None = None
         self.spec = RunSpec(config.env_id, config.episodes, config.seed, config.attempts,
-                            dict(config.env_kwargs), policy.name, config.backend, dict(options or {}))
+                            dict(config.env_kwargs), policy.name, config.backend,
+                            {**sink_options(sinks), **(options or {})})  # what `farm deliver` feeds
         self.deliveries: list[Delivery] = []
         self.stopped: str | None = None
         self._backend = backend
@@ -199,6 +207,7 @@ class Farm:
     # ------------------------------------------------------------------------------------------ producer
 
     async def _produce(self, out: asyncio.Queue[Trajectory | None]) -> None:
+        error: FarmError | None = None
         try:
             async with AsyncExitStack() as stack:
                 await stack.enter_async_context(LiveFile(self))  # RUN/live.json for the dashboard
@@ -208,6 +217,7 @@ class Farm:
                 finally:
                     self._setting_up = False
                 await self._work(out)
+            self._check_sinks()  # a sink that failed after the last episode started
         except asyncio.CancelledError:
             if not self._stopping:
                 raise
@@ -217,14 +227,18 @@ class Farm:
             if farm_error is None:
                 raise
             self.stopped = f"{type(farm_error).__name__}: {farm_error}"
+            error = farm_error
             raise farm_error from None
         except FarmError as e:
             self.stopped = self.stopped or f"{type(e).__name__}: {e}"
+            error = e
             raise
         finally:
             if self._drain_timer is not None:
                 self._drain_timer.cancel()
             await asyncio.shield(self._finish())
+            if error is not None and self._summary is not None and self._summary.undelivered is not None:
+                error.add_detail(self._summary.undelivered.message())
             await out.put(None)
 
     async def _setup(self, stack: AsyncExitStack) -> None:
@@ -277,21 +291,18 @@ class Farm:
 
     async def _work(self, out: asyncio.Queue[Trajectory | None]) -> None:
         draining = asyncio.Event()
-        async with asyncio.TaskGroup() as sinks_tg:
-            feeders = [sinks_tg.create_task(d.run(draining), name=f"sink {d.sink.name}")
-                       for d in self.deliveries]
-            try:
-                async with asyncio.TaskGroup() as tg:
-                    n = min(self.config.concurrency, len(self._pending))
-                    self._workers = [tg.create_task(self._worker(out), name=f"episode slot {i}")
-                                     for i in range(n)]
-            finally:
-                draining.set()
-                await self._record_interrupted()
-                if feeders:
-                    await asyncio.wait(feeders, timeout=self.config.flush_timeout_s)
-                for task in feeders:
-                    task.cancel()
+        # not in a TaskGroup: one sink's failure must not cancel the others' feeding (Delivery.run never
+        # raises; a dead sink stops the run at the gate), and each is awaited below
+        feeders = [asyncio.create_task(d.run(draining), name=f"sink {d.sink.name}") for d in self.deliveries]
+        try:
+            async with asyncio.TaskGroup() as tg:
+                n = min(self.config.concurrency, len(self._pending))
+                self._workers = [tg.create_task(self._worker(out), name=f"episode slot {i}")
+                                 for i in range(n)]
+        finally:
+            draining.set()
+            await self._record_interrupted()
+            await finish_feeding(feeders, self.config.flush_timeout_s)
 
     # ------------------------------------------------------------------------------------------- workers
 
@@ -357,15 +368,19 @@ class Farm:
                     return index
                 await asyncio.sleep(GATE_POLL_S)
 
+    def _check_sinks(self) -> None:
+        for d in self.deliveries:
+            if d.dead:
+                raise SinkFailed(f"sink {d.sink.name} failed: {d.last_error}")
+
     async def _blocked(self) -> str | None:
+        self._check_sinks()
         for d in self.deliveries:
             if d.full:
                 if d.stalled_for() > self.config.learner_timeout_s:
                     raise LearnerUnavailable(
                         f"sink {d.sink.name} has taken no delivery for {d.stalled_for():.0f}s with "
-                        f"{d.backlog} trajectories waiting; last error: {d.last_error}. Everything is in "
-                        f"{self._spool.path if self._spool else 'the spool'}: fix the learner, then --resume "
-                        f"{self.run_dir.path if self.run_dir else 'RUN'}")
+                        f"{d.backlog} trajectories waiting; last error: {d.last_error}")
                 return f"waiting for sink {d.sink.name} ({d.backlog} undelivered)"
         return await self._stale()
 
@@ -420,7 +435,13 @@ class Farm:
             steps_per_s=round(self.live.steps / wall, 2) if wall > 0 else 0.0,
             episodes_per_s=round(done_now / wall, 2) if wall > 0 else 0.0,
             mean_reward=t.mean_reward, time_split=t.time_split(), weight_versions=sorted(t.versions, key=str),
-            nodes_used=1, stopped=self.stopped, sinks=sinks)
+            nodes_used=1, stopped=self.stopped, sinks=sinks, undelivered=self._undelivered())
+
+    def _undelivered(self) -> Undelivered | None:
+        waiting = {d.sink.name: d.backlog for d in self.deliveries if d.backlog > 0}
+        if not waiting or self.run_dir is None:
+            return None
+        return Undelivered(waiting, str(self.run_dir.spool_path), f"envfarm farm deliver {self.run_dir.path}")
 
 
 def _first_farm_error(eg: BaseExceptionGroup) -> FarmError | None:

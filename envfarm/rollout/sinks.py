@@ -176,6 +176,8 @@ class Delivery:
         self.stalled_since: float | None = None
         """Monotonic time of the first failure since the last success."""
         self.last_error = ""
+        self.error: Exception | None = None
+        """What ended the feeding when the sink failed with more than a delivery failure (see run)."""
         self.acked_changed = asyncio.Event()
 
     @property
@@ -194,16 +196,34 @@ class Delivery:
                               "was edited by hand. Delete the cursor file to resend everything")
         await self.sink.open()
 
+    @property
+    def dead(self) -> bool:
+        """The sink raised something other than a delivery failure (a bug in it): it is fed no more."""
+        return self.error is not None
+
     async def run(self, draining: asyncio.Event) -> None:
-        """Deliver until ``draining`` is set and nothing is left; cancel to stop at once."""
+        """Deliver until ``draining`` is set and nothing is left, lines still queued for the spool included;
+        cancel to stop at once. Never raises: an error that is no delivery failure ends the feeding and is
+        kept in :attr:`error` (the farm stops the run on it; the spool keeps the sink's share)."""
+        try:
+            await self._feed(draining)
+        except Exception as e:  # a bug in the sink (SinkError and OSError are retried in _deliver)
+            self.error = e
+            self.last_error = f"{type(e).__name__}: {e}"
+            log.error("sink %s failed: %s; it is fed no more, its trajectories stay in %s", self.sink.name,
+                      self.last_error, self.spool.path)
+
+    async def _feed(self, draining: asyncio.Event) -> None:
         while True:
             lines, offset = await self.spool.read(self.cursor.offset, self.batch_records)
-            if not lines:
-                if draining.is_set():
-                    return
+            if lines:
+                await self._deliver(lines, offset)
+            elif not draining.is_set():
                 await _first(self.spool.wait_beyond(self.cursor.offset), draining.wait())
-                continue
-            await self._deliver(lines, offset)
+            else:
+                await self.spool.flush()  # an appender cancelled by the stop left its line queued
+                if self.spool.size <= self.cursor.offset:
+                    return
 
     async def _deliver(self, lines: list[bytes], offset: int) -> None:
         while True:
@@ -233,6 +253,22 @@ class Delivery:
         return 0.0 if self.stalled_since is None else time.monotonic() - self.stalled_since
 
 
+async def finish_feeding(feeders: list[asyncio.Task[None]], timeout_s: float) -> None:
+    """Wait for the :meth:`Delivery.run` tasks ``feeders`` (their draining event set) for at most
+    ``timeout_s``, then cancel those still running: their sinks' backlog stays in the spool."""
+    if not feeders:
+        return
+    try:
+        _, late = await asyncio.wait(feeders, timeout=timeout_s)
+    finally:
+        for task in feeders:
+            task.cancel()
+        await asyncio.shield(asyncio.wait(feeders))
+    for task in late:
+        log.warning("%s: its backlog was not delivered within %.0fs; it stays in the spool", task.get_name(),
+                    timeout_s)
+
+
 async def _first(*coros: Any) -> None:
     """Wait until the first of ``coros`` finishes; cancel and await the rest."""
     tasks = [asyncio.ensure_future(c) for c in coros]
@@ -244,4 +280,4 @@ async def _first(*coros: Any) -> None:
         await asyncio.wait(tasks)
 
 
-__all__ = ["Delivery", "FileSink", "HTTPSink", "Sink", "SinkError"]
+__all__ = ["Delivery", "FileSink", "HTTPSink", "Sink", "SinkError", "finish_feeding"]

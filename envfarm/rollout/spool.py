@@ -3,6 +3,7 @@
     spool = Spool(run_dir / "spool.jsonl")
     await spool.open()                   # repairs a torn last line left by a crash
     await spool.append(traj.to_json())   # returns once the line is on disk (fsync'd)
+    await spool.flush()                  # returns once every line queued so far is on disk
     lines, offset = await spool.read(offset, max_records=64)
     await spool.aclose()
 
@@ -73,6 +74,8 @@ class Spool:
         self._grew = asyncio.Event()
         self._error: BaseException | None = None
         self._closed = False
+        self._last: asyncio.Future[None] | None = None
+        """The future of the line queued last (lines are committed in order)."""
 
     async def open(self) -> None:
         self.size, self.count = await asyncio.to_thread(_prepare, self.path)
@@ -85,7 +88,7 @@ class Spool:
                                "permissions, then resume the run") from self._error
         if self._closed or self._writer is None:
             raise RolloutError(f"spool {self.path} is not open")
-        done = asyncio.get_running_loop().create_future()
+        done = self._last = asyncio.get_running_loop().create_future()
         self._queue.put_nowait(_Pending(line.encode() + b"\n", done))
         await asyncio.shield(done)  # a cancelled appender leaves the line queued: it is written anyway
 
@@ -97,6 +100,13 @@ class Spool:
         if offset >= end:
             return [], offset
         return await asyncio.to_thread(_read_lines, self.path, offset, end, max_records, max_bytes)
+
+    async def flush(self) -> None:
+        """Return once every line queued so far is on disk (or its write failed): what a reader that is
+        about to stop must wait for, since an appender cancelled mid-append leaves its line queued."""
+        last = self._last
+        if last is not None and not last.done():
+            await asyncio.wait([last])
 
     async def wait_beyond(self, offset: int) -> None:
         """Return once the spool holds more than ``offset`` bytes, or it is closed."""

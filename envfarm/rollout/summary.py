@@ -122,6 +122,22 @@ class Live:
 
 
 @dataclass(frozen=True)
+class Undelivered:
+    """Finished trajectories that a sink had not acknowledged when the run stopped: they are in the spool."""
+
+    sinks: dict[str, int]
+    """Per sink that has some: how many it has not acknowledged."""
+    spool: str
+    """The run's spool, which holds them."""
+    command: str
+    """The command that delivers them (run it once the sink is back or fixed)."""
+
+    def message(self) -> str:
+        parts = ", ".join(f"{n} trajectories to sink {name}" for name, n in self.sinks.items())
+        return f"not delivered: {parts}; they are in {self.spool}: `{self.command}` delivers them"
+
+
+@dataclass(frozen=True)
 class Summary:
     """summary.json. Counts cover the whole run (all invocations); rates cover this invocation."""
 
@@ -157,6 +173,10 @@ class Summary:
     stopped: str | None
     """None when the run finished; else why it stopped (``interrupted``, ``PolicyUnavailable: ...``)."""
     sinks: dict[str, dict[str, Any]]
+    """Per sink: ``backlog`` (not acknowledged), ``delivered``, ``last_error``."""
+    undelivered: Undelivered | None = None
+    """None when every sink acknowledged every finished trajectory; else how many wait where, and the
+    command that delivers them."""
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per Ray node (``--ray``): episodes, steps, episodes/s and steps/s, requeued episodes, ``lost`` (why its
     worker was retired, else None). Empty on one machine."""
@@ -165,4 +185,4 @@ class Summary:
         return asdict(self)
 
 
-__all__ = ["Live", "Summary", "Tally"]
+__all__ = ["Live", "Summary", "Tally", "Undelivered"]

@@ -132,6 +132,28 @@ async def test_a_node_lost_mid_run_has_its_episodes_rerun(cluster: Any, tmp_path
     cluster.wait_for_nodes()  # until the cluster, too, counts the node as gone
 
 
+@pytest.mark.usefixtures("slow_disk")
+async def test_every_worker_lost_still_delivers_the_finished_ones(cluster: Any, tmp_path: Path) -> None:
+    """The driver's stop path: the only worker's node dies mid-run; the run stops with ClusterUnavailable
+    and the file sink holds every trajectory the driver recorded, each once (on a slow disk)."""
+    doomed = cluster.add_node(**NODE, resources={"doomed": 2})
+    cluster.wait_for_nodes()
+    run, out = tmp_path / "run", tmp_path / "out.jsonl"
+    farm = RayFarm(config(60, concurrency=2), make_policy("oracle"), RayConfig(cluster.address, "doomed"),
+                   run_dir=run, sinks=[FileSink(out)])
+    n = 0
+    with pytest.raises(ClusterUnavailable, match="every farm worker was lost"):
+        async for _ in farm.run():
+            n += 1
+            if n == 6:
+                await asyncio.to_thread(cluster.remove_node, doomed, False)
+    s = farm.summary()
+    ids = [x["episode_id"] for x in read_jsonl(out)]
+    assert len(ids) == len(set(ids)) == s.episodes_completed >= 6 and s.sinks["file"]["backlog"] == 0
+    assert set(ids) == {x["episode_id"] for x in read_jsonl(run / "spool.jsonl")} and s.undelivered is None
+    cluster.wait_for_nodes()
+
+
 async def test_a_node_without_the_image_fails_the_run_naming_the_node(cluster: Any, tmp_path: Path) -> None:
     farm = RayFarm(config(4, env_kwargs={"image": "envfarm/missing:0"}), make_policy("oracle"),
                    RayConfig(cluster.address), run_dir=tmp_path / "run")
