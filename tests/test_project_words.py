@@ -11,7 +11,7 @@ line against a few patterns:
   (a test derives the checkout from ``Path(__file__)``; a guide writes a placeholder such as ``MIRRORS``);
 - a folder under /tmp in prose (guides, README, examples), where a placeholder reads better; code may use /tmp
   (inside a sandbox it is the sandbox's own);
-- a note on what to try next.
+- a note on what is left to try.
 
 A line that must name such a path (a probe that it is not visible inside a sandbox) is listed in ``ALLOWED``
 with the reason, file by file: there is no blanket exclusion. Each pattern writes one of its characters as a
@@ -34,7 +34,7 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     "work period": re.compile(r"\b[Ss]essio[n] \d+"),
     "issue number": re.compile(r"(?<![\w/&])[#]\d{1,4}\b"),
     "machine path": re.compile(_PATH_START + r"/(?:w[o]rk|r[o]ot|h[o]me/[\w.-]+)/"),
-    "what to try next": re.compile(r"\b(?:next [s]ession|try [n]ext)\b|TODO\([s]ession", re.IGNORECASE),
+    "left to try": re.compile(r"\b(?:next [s]ession|try [n]ext)\b|TODO\([s]ession", re.IGNORECASE),
 }
 PROSE_PATTERNS: dict[str, re.Pattern[str]] = {
     "temporary folder in prose": re.compile(_PATH_START + r"/t[m]p/[\w.-]+/"),
