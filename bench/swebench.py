@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -33,6 +34,8 @@ DATASETS = {
 }
 HISTORY = ROOT / "docs" / "swebench" / "results.jsonl"
 """Every row validated so far, committed (``--docs`` rewrites it; ``--history`` names another)."""
+# the folder of repository mirrors in a row's detail: the record says MIRRORS, not the machine's path
+MIRROR_DIR = re.compile(r"(?<![\w.])/[^\s:'\"]*/(?=[\w.-]+__[\w.-]+\.git\b)")
 NOT_MIRRORABLE = ("django/django", "matplotlib/matplotlib", "scikit-learn/scikit-learn")
 """Repositories whose histories (637-873 MB) exceed what a mirror can hold here (docs: DESIGN.md)."""
 
@@ -84,7 +87,8 @@ def results(files: Sequence[Path], history: Path | None = None) -> dict[str, dic
     for path in files:
         data = json.loads(path.read_text(encoding="utf-8"))
         for row in data["rows"]:
-            out[row["instance_id"]] = {**row, "run_id": data["run_id"]}
+            detail = MIRROR_DIR.sub("MIRRORS/", str(row.get("detail") or ""))
+            out[row["instance_id"]] = {**row, "detail": detail, "run_id": data["run_id"]}
     return out
 
 

@@ -61,3 +61,17 @@ def test_a_newer_validate_json_overrides_the_record_and_adds_rows(tmp_path: Path
         "| pallets__flask-4045 | lite | resolved | unresolved | 1 | validated | r2 |"
         in (docs / "validated.md").read_text()
     )
+
+
+def test_the_record_names_the_mirror_folder_by_placeholder(tmp_path: Path) -> None:
+    """A row's detail keeps the mirror's name, not the folder it lay in on the machine that ran it."""
+    run = tmp_path / "reports" / "r3"
+    run.mkdir(parents=True)
+    row = {"instance_id": "astropy__astropy-14365", "repo": "astropy/astropy", "version": "5.1",
+           "gold": ["error"], "empty": "error", "seconds": 1.0, "image": None, "reason": "no-repository",
+           "detail": "repo: /srv/mirrors/astropy__astropy.git has commit 7269fa3 but not all of its files",
+           "validated": False, "flake_rate": 0.0}  # fmt: skip
+    (run / "validate.json").write_text(json.dumps({"run_id": "r3", "rows": [row]}))
+    found = _bench().results([run / "validate.json"])
+    assert found["astropy__astropy-14365"]["detail"] == (
+        "repo: MIRRORS/astropy__astropy.git has commit 7269fa3 but not all of its files")
