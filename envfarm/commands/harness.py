@@ -1,4 +1,9 @@
-"""``envfarm harness run|validate|plan|images``: SWE-bench-compatible evaluation (``envfarm.harness``)."""
+"""``envfarm harness run|validate|plan``: SWE-bench-compatible evaluation (``envfarm.harness``).
+
+The harness's images are built, listed and pruned by ``envfarm images build|list|prune --harness``
+(``envfarm/commands/images.py``), which call :func:`build_env_images`, :func:`list_env_images` and
+:func:`prune_env_images` here; ``envfarm harness images ...`` is their hidden alias for one release.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,8 @@ from rich.table import Table
 from envfarm.errors import ConfigError, SpecNotFound
 from envfarm.sandbox.values import TIMEOUTS
 
+from .options import deprecated
+
 if TYPE_CHECKING:
     from envfarm.harness import Instance, Plan, RunReport
     from envfarm.harness.env_builds import EnvBuildOutcome
@@ -28,13 +35,14 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 images_app = typer.Typer(
-    help="Harness images (env and instance layers): build, list, prune.", no_args_is_help=True
+    help="Deprecated: `envfarm images build|list|prune --harness`.", no_args_is_help=True
 )
-app.add_typer(images_app, name="images")
+app.add_typer(images_app, name="images", hidden=True)
 console = Console()
 err = Console(stderr=True)
 
-InstancesOpt = Annotated[Path, typer.Option("--instances", help="JSON, JSONL, parquet or a datasets folder.")]
+INSTANCES_HELP = "Task instances: JSON, JSONL, parquet or a datasets folder."
+InstancesOpt = Annotated[Path, typer.Option("--instances", help=INSTANCES_HELP)]
 IdsOpt = Annotated[
     list[str] | None,
     typer.Option("--instance-ids", help="Instance ids to evaluate: --instance-ids A B C (default: all)."),
@@ -72,9 +80,17 @@ RegistryOpt = Annotated[
 ReportDirOpt = Annotated[Path, typer.Option("--report-dir", help="Where reports go.")]
 WorkersOpt = Annotated[int, typer.Option("--max-workers", min=1, help="Parallel builds and runs.")]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", min=1, help="Test timeout per instance (s).")]
+BuildWorkersOpt = Annotated[int, typer.Option("--max-workers", min=1, help="Docker builds at once.")]
+ReportOpt = Annotated[Path | None, typer.Option(
+    "--report", help="Also write every build's outcome as JSON to this file.")]
+EachOpt = Annotated[bool, typer.Option(
+    "--each", help="Also list every image (kind, tag, own and total size).")]
+RepoOpt = Annotated[
+    list[str] | None, typer.Option("--repo", help="Only this repo's images (owner/name; repeatable).")
+]
 
 
-def _ids(first: list[str] | None, extra: list[str]) -> list[str] | None:
+def parse_ids(first: list[str] | None, extra: list[str]) -> list[str] | None:
     """``--instance-ids A B C``: click gives A to the option and leaves B C as extra arguments."""
     if extra and not first:
         raise ConfigError(f"unexpected arguments {extra}; instance ids go after --instance-ids")
@@ -115,7 +131,7 @@ def run(
         policy = Policy(tamper)
     except ValueError:
         raise ConfigError(f"--tamper {tamper!r}: choose revert, flag or off") from None
-    rows = load_instances(instances, _ids(instance_ids, ctx.args), split=split)
+    rows = load_instances(instances, parse_ids(instance_ids, ctx.args), split=split)
     source, specs = _sources(rows, repo_source, specs)
     options = {"run_id": run_id, "report_dir": report_dir, "repo_source": source}
     options |= {"specs": tuple(specs or ()), "max_workers": max_workers, "timeout_s": timeout}
@@ -166,7 +182,7 @@ def validate_cmd(
     from envfarm.harness import HarnessConfig, load_instances
     from envfarm.harness.validate import validate
 
-    rows = load_instances(instances, _ids(instance_ids, ctx.args), split=split)
+    rows = load_instances(instances, parse_ids(instance_ids, ctx.args), split=split)
     source, specs = _sources(rows, repo_source, specs)
     options = {"run_id": run_id, "report_dir": report_dir, "repo_source": source}
     options |= {"specs": tuple(specs or ()), "max_workers": max_workers, "timeout_s": timeout}
@@ -310,7 +326,7 @@ def _print_disk(tags: tuple[str, ...]) -> None:
     own, total = sum(i.own_bytes for i in used), sum(i.own_bytes for i in every)
     console.print(
         f"disk: this run's {len(used)} instance images {own / 1e6:.0f} MB; all {len(every)} harness images "
-        f"{total / 1e6:.0f} MB (`envfarm harness images list`, `envfarm harness images prune`)",
+        f"{total / 1e6:.0f} MB (`envfarm images list --harness`, `envfarm images prune --harness`)",
         highlight=False,
     )
 
@@ -327,7 +343,7 @@ def plan(
     from envfarm.harness import SpecCatalog, load_instances, plan_all
     from envfarm.harness.specs import eval_script_command
 
-    rows = load_instances(instances, _ids(instance_ids, ctx.args), split=split)
+    rows = load_instances(instances, parse_ids(instance_ids, ctx.args), split=split)
     plans, errors = plan_all(rows, SpecCatalog(specs or ()))
     table = Table("instance", "repo version", "test command", "status", title=f"{len(rows)} instances")
     for p in plans:
@@ -378,30 +394,16 @@ def _repo_table(plans: list[Plan]) -> Table:
     return table
 
 
-@images_app.command("build", context_settings={"allow_extra_args": True})
-def images_build(
-    ctx: typer.Context,
-    instances: InstancesOpt,
-    instance_ids: IdsOpt = None,
-    specs: SpecsOpt = None,
-    split: SplitOpt = "test",
-    max_workers: Annotated[int, typer.Option("--max-workers", min=1, help="Docker builds at once.")] = 2,
-    force: Annotated[
-        bool, typer.Option("--force", help="Rebuild without docker's layer cache (wheels stay cached).")
-    ] = False,
-    json_out: Annotated[
-        Path | None, typer.Option("--json", help="Also write every build's outcome here (JSON).")
-    ] = None,
-) -> None:
-    """Build the env image of every repo/version the rows need (one each; instance layers are built by
-    run/validate). Failures are listed with their error and the others go on; exit code 1 if any failed."""
+def build_env_images(instances: Path, ids: list[str] | None, specs: list[Path] | None, split: str,
+                     max_workers: int, force: bool, report: Path | None) -> None:
+    """Build the env image of every repo/version the rows need (``envfarm images build --harness``)."""
     import dataclasses
     import json
 
     from envfarm.harness import SpecCatalog, load_instances
     from envfarm.harness.env_builds import EnvBuild, build_envs, plan_envs
 
-    rows = load_instances(instances, _ids(instance_ids, ctx.args), split=split)
+    rows = load_instances(instances, ids, split=split)
     targets, unplanned = plan_envs(rows, SpecCatalog(specs or ()))
     with _progress() as bar:
         task = bar.add_task("env images", total=len(targets))
@@ -416,11 +418,34 @@ def images_build(
         outcome = asyncio.run(build_envs(targets, unplanned, max_workers=max_workers, force=force,
                                          progress=on_build))  # fmt: skip
     _print_builds(outcome)
-    if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(dataclasses.asdict(outcome), indent=2) + "\n", encoding="utf-8")
+    if report is not None:
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(json.dumps(dataclasses.asdict(outcome), indent=2) + "\n", encoding="utf-8")
     if outcome.failed:
         raise typer.Exit(1)
+
+
+@images_app.command("build", context_settings={"allow_extra_args": True})
+def images_build(
+    ctx: typer.Context,
+    instances: InstancesOpt,
+    instance_ids: IdsOpt = None,
+    specs: SpecsOpt = None,
+    split: SplitOpt = "test",
+    max_workers: BuildWorkersOpt = 2,
+    force: Annotated[
+        bool, typer.Option("--force", help="Rebuild without docker's layer cache (wheels stay cached).")
+    ] = False,
+    report: ReportOpt = None,
+    json_out: Annotated[Path | None, typer.Option(
+        "--json", hidden=True, help="Deprecated: --report.")] = None,
+) -> None:
+    """Deprecated: `envfarm images build --harness`."""
+    deprecated("harness images build", "images build --harness")
+    if json_out is not None:
+        deprecated("harness images build --json FILE", "images build --harness --report FILE")
+    build_env_images(instances, parse_ids(instance_ids, ctx.args), specs, split, max_workers, force,
+                     report or json_out)
 
 
 def _print_builds(outcome: EnvBuildOutcome) -> None:
@@ -443,16 +468,8 @@ def _print_builds(outcome: EnvBuildOutcome) -> None:
     )
 
 
-@images_app.command("list")
-def images_list(
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print JSON: per repo/version ('environments') and per image.")
-    ] = False,
-    each: Annotated[
-        bool, typer.Option("--images", help="Also list every image (kind, tag, own and total size).")
-    ] = False,
-) -> None:
-    """Disk use of the harness images per repo/version: its env image plus the instance layers on it."""
+def list_env_images(as_json: bool, each: bool) -> None:
+    """Disk use of the harness images per repo/version (``envfarm images list --harness``)."""
     import dataclasses
     import json
 
@@ -487,33 +504,43 @@ def images_list(
     held = sum(e.total_bytes for e in envs)
     console.print(
         f"{len(found)} images in {len(envs)} repo/versions, {held / 1e6:.0f} MB of their own layers "
-        "(the Debian bases not counted); `--images` lists each",
+        "(the Debian bases not counted); `--each` lists each",
         highlight=False,
     )
 
 
-@images_app.command("prune")
-def images_prune(
-    all_: Annotated[
-        bool,
-        typer.Option(
-            "--all",
-            "--env",
-            help="Remove env images too (kept by default: rebuilding them is the slow part).",
-        ),
-    ] = False,
-    repo: Annotated[
-        list[str] | None, typer.Option("--repo", help="Only this repo's images (owner/name; repeatable).")
-    ] = None,
-) -> None:
-    """Remove instance images and pulled images (env images too with --all); all are rebuilt or pulled
-    again on demand."""
+def prune_env_images(include_env: bool, repos: list[str] | None) -> None:
+    """Remove instance and pulled images, env images too with ``include_env`` (``envfarm images prune
+    --harness [--all]``)."""
     from envfarm.harness.disk import prune
 
-    bad = [r for r in repo or () if r.count("/") != 1]
+    bad = [r for r in repos or () if r.count("/") != 1]
     if bad:
         raise ConfigError(f"--repo {bad[0]!r}: write owner/name, as in the rows' repo field (pallets/flask)")
-    removed, freed = prune(include_env=all_, repos=tuple(repo or ()))
+    removed, freed = prune(include_env=include_env, repos=tuple(repos or ()))
     for tag in removed:
         console.print(f"removed {escape(tag)}", highlight=False)
     console.print(f"{len(removed)} removed, {freed / 1e6:.0f} MB freed")
+
+
+@images_app.command("list")
+def images_list(
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print JSON: per repo/version ('environments') and per image.")] = False,
+    each: EachOpt = False,
+    images: Annotated[bool, typer.Option("--images", hidden=True, help="Deprecated: --each.")] = False,
+) -> None:
+    """Deprecated: `envfarm images list --harness`."""
+    deprecated("harness images list", "images list --harness")
+    list_env_images(as_json, each or images)
+
+
+@images_app.command("prune")
+def images_prune(
+    all_: Annotated[bool, typer.Option("--all", help="Remove env images too.")] = False,
+    env: Annotated[bool, typer.Option("--env", hidden=True, help="Deprecated: --all.")] = False,
+    repo: RepoOpt = None,
+) -> None:
+    """Deprecated: `envfarm images prune --harness`."""
+    deprecated("harness images prune", "images prune --harness")
+    prune_env_images(all_ or env, repo)

@@ -1,4 +1,10 @@
-"""``envfarm images build|list|prune``: the sandbox images (docker images and bwrap root filesystems)."""
+"""``envfarm images build|list|prune [--harness]``: every image envfarm builds, in one group.
+
+Without ``--harness``: the sandbox images (recipes in images/: docker images and bwrap root filesystems).
+With ``--harness``: the harness's SWE-bench images (an env image per repo/version, instance layers on it);
+the code is ``envfarm/commands/harness.py``'s (``envfarm harness images ...``, its old spelling, is a hidden
+alias for one release).
+"""
 
 from __future__ import annotations
 
@@ -13,23 +19,42 @@ from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from envfarm.errors import ConfigError
 from envfarm.sandbox import images
 
+from . import harness as harness_images
+from .harness import IdsOpt, SpecsOpt, SplitOpt
+
 app = typer.Typer(
-    help="Build, list and prune sandbox images (recipes in images/).",
+    help="Build, list and prune images: the sandboxes' (recipes in images/); with --harness, the harness's.",
     no_args_is_help=True,
 )
 
 STATUS_WIDTH = 90
 
+HarnessOpt = Annotated[bool, typer.Option(
+    "--harness", help="The harness's images (SWE-bench env and instance images) instead of the sandboxes'.")]
 
-@app.command("build")
+
+def _only(harness: bool, given: dict[str, object]) -> None:
+    """ConfigError for options of the other kind of image (``--suite`` with ``--harness``, ...)."""
+    wrong = [name for name, value in given.items() if value]
+    if wrong:
+        kind = "sandbox images (drop --harness)" if harness else "harness images (add --harness)"
+        raise ConfigError(f"{', '.join(wrong)}: only for the {kind}")
+
+
+@app.command("build", context_settings={"allow_extra_args": True})
 def build(
     names: Annotated[
         list[str] | None,
-        typer.Argument(help="Recipes to build (default: base and every layered image).", show_default=False),
+        typer.Argument(help="Recipes to build (default: base and every layered image); with --harness, more "
+                       "instance ids after --instance-ids.", show_default=False),
     ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Rebuild even when a current build exists.")] = False,
+    harness: HarnessOpt = False,
+    force: Annotated[bool, typer.Option("--force", help="Rebuild even when a current build exists (with "
+                                        "--harness: without docker's layer cache; wheels stay cached).")
+                     ] = False,
     suite: Annotated[
         list[str] | None,
         typer.Option(
@@ -42,12 +67,38 @@ def build(
     all_suites: Annotated[
         bool, typer.Option("--all-suites", help="Build the base image of every Debian suite in images/.")
     ] = False,
+    instances: Annotated[Path | None, typer.Option(
+        "--instances", help=f"With --harness: {harness_images.INSTANCES_HELP} Builds the env image of every "
+        "repo/version they need.")] = None,
+    instance_ids: IdsOpt = None,
+    specs: SpecsOpt = None,
+    split: SplitOpt = "test",
+    max_workers: Annotated[int, typer.Option(
+        "--max-workers", min=1, help="With --harness: docker builds at once.")] = 2,
+    report: Annotated[Path | None, typer.Option(
+        "--report", help="With --harness: also write every build's outcome as JSON to this file.")] = None,
 ) -> None:
-    """Build images from their recipes; a no-op for images that are already current.
+    """Build images from their recipes; a no-op for images that are already current. With --harness: the env
+    image of every repo/version the --instances rows need (instance layers are built by `harness run`);
+    failures are listed with their error and the others go on; exit code 1 if any failed.
 
     Without --suite/--all-suites only the default base (bookworm) and the layered images are built; harness
     env images build the base of the suite their spec needs on demand."""
-    suites = list(images.base_recipes()) if all_suites else list(suite or ())
+    if harness:
+        _only(True, {"--suite": suite, "--all-suites": all_suites})
+        if instances is None:
+            raise ConfigError("images build --harness builds the env images of task rows: give "
+                              "--instances FILE")
+        ids = harness_images.parse_ids(instance_ids, names or [])
+        harness_images.build_env_images(instances, ids, specs, split, max_workers, force, report)
+        return
+    _only(False, {"--instances": instances, "--instance-ids": instance_ids, "--specs": specs,
+                  "--report": report})
+    build_recipes(names or [], force, list(images.base_recipes()) if all_suites else list(suite or ()))
+
+
+def build_recipes(names: list[str], force: bool, suites: list[str]) -> None:
+    """Build the sandbox images ``names`` (default: all) and the bases of ``suites``; print a table."""
     console = Console(stderr=True)
     if not console.is_terminal:  # CI logs: no spinner; `envfarm -v images build` logs every step
         results = images.build(names or (), force=force, suites=suites)
@@ -75,9 +126,19 @@ def build(
 
 @app.command("list")
 def list_(
-    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array instead of a table.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table (an array; with "
+                                          "--harness: per repo/version ('environments') and per image).")
+                       ] = False,
+    harness: HarnessOpt = False,
+    each: Annotated[bool, typer.Option(
+        "--each", help="With --harness: also list every image (kind, tag, own and total size).")] = False,
 ) -> None:
-    """List envfarm images: in docker, as rootfs folders, and recipes not built yet."""
+    """List envfarm images: in docker, as rootfs folders, and recipes not built yet. With --harness: the disk
+    use of the harness images per repo/version, its env image plus the instance layers on it."""
+    if harness:
+        harness_images.list_env_images(as_json, each)
+        return
+    _only(False, {"--each": each})
     infos = images.list_images()
     if as_json:
         typer.echo(json.dumps([_jsonable(dataclasses.asdict(i)) for i in infos], indent=2))
@@ -102,11 +163,20 @@ def list_(
 
 @app.command("prune")
 def prune(
-    all_: Annotated[
-        bool, typer.Option("--all", help="Remove every envfarm image (daemon-wide) and rootfs.")
-    ] = False,
+    all_: Annotated[bool, typer.Option("--all", help="Remove every envfarm image (daemon-wide) and rootfs; "
+                                       "with --harness: env images too (kept by default: rebuilding them is "
+                                       "the slow part).")] = False,
+    harness: HarnessOpt = False,
+    repo: Annotated[list[str] | None, typer.Option(
+        "--repo", help="With --harness: only this repo's images (owner/name; repeatable).")] = None,
 ) -> None:
-    """Remove images, rootfs folders and wheelhouses not built from the current recipes."""
+    """Remove images, rootfs folders and wheelhouses not built from the current recipes. With --harness:
+    instance images and pulled images (env images too with --all); all are rebuilt or pulled again on
+    demand."""
+    if harness:
+        harness_images.prune_env_images(all_, repo)
+        return
+    _only(False, {"--repo": repo})
     result = images.prune(all=all_)
     console = Console()
     for item in result.removed:

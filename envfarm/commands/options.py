@@ -12,12 +12,21 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import inspect
+import sys
 import textwrap
+from collections.abc import Callable
 from functools import cache
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import typer
+
+from envfarm.errors import ConfigError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
 
 
 @cache
@@ -68,4 +77,34 @@ def config_option(cls: type, name: str, *param_decls: str, config_default: bool 
     return typer.Option(*param_decls, help=text, **kwargs)
 
 
-__all__ = ["config_help", "config_option", "field_default", "field_docs"]
+def deprecated(old: str, new: str) -> None:
+    """The one-line note an old spelling prints (to stderr) before it does what the new one does."""
+    print(f"note: `envfarm {old}` is deprecated and goes in the next release; use `envfarm {new}`",
+          file=sys.stderr)
+
+
+def old_spelling(value: T | None, old_value: T | None, old: str, new: str) -> T | None:
+    """The value of an option whose old spelling is a hidden option: ``old_value`` (after the note) when
+    only the old one was given; ConfigError when both were."""
+    if old_value is None:
+        return value
+    deprecated(old, new)
+    if value is not None:
+        raise ConfigError(f"`{old}` is the old spelling of `{new}`: give one of them")
+    return old_value
+
+
+def alias(command: Callable[P, R], old: str, new: str) -> Callable[P, R]:
+    """``command`` under its old name (register it with ``hidden=True``): the same options and the same
+    code, after :func:`deprecated`'s note."""
+
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        deprecated(old, new)
+        return command(*args, **kwargs)
+
+    return run
+
+
+__all__ = ["alias", "config_help", "config_option", "deprecated", "field_default", "field_docs",
+           "old_spelling"]

@@ -1,4 +1,8 @@
-"""``envfarm sandbox exec|gc|ls``: run one command in a fresh sandbox, reap leftovers, list live containers.
+"""``envfarm sandbox exec|gc|list``: run one command in a fresh sandbox, reap leftovers, list live containers.
+
+``exec`` runs on the default backend of every run (``DEFAULT_BACKEND``, bwrap) unless ``--backend`` says
+otherwise; ``sandbox ls`` and ``sandbox gc --backend NAME`` are hidden aliases of ``sandbox list`` and
+``sandbox gc NAME`` for one release.
 
 Registered in ``envfarm/cli.py`` with ``app.add_typer(sandbox_app, name="sandbox")``. A FarmError raised
 here (no daemon, unknown image, bad limit) is printed by the root app as one clean ``error:`` line.
@@ -21,8 +25,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from envfarm.config import LABEL
-from envfarm.errors import BackendUnavailable, FarmError, ImageError
-from envfarm.sandbox import ExecResult, Limits, dockerutil, get_backend
+from envfarm.errors import BackendUnavailable, ConfigError, FarmError, ImageError
+from envfarm.sandbox import BACKENDS, DEFAULT_BACKEND, ExecResult, Limits, dockerutil, get_backend
+
+from .options import alias, deprecated
 
 EXIT_TIMEOUT = 124  # like coreutils `timeout`
 
@@ -39,14 +45,9 @@ console = Console()
 err_console = Console(stderr=True)
 
 
-class ExecBackend(StrEnum):
-    docker = "docker"
-    bwrap = "bwrap"
-    local = "local"
-
-
 class GcBackend(StrEnum):
-    all = "all"
+    """The backends that leave sandboxes behind (``local`` runs none)."""
+
     docker = "docker"
     bwrap = "bwrap"
 
@@ -59,9 +60,8 @@ CMD_HELP = "The command. One argument runs through `bash -c` (so pipes work); se
 @sandbox_app.command("exec", context_settings={"allow_interspersed_args": False})
 def exec_command(
     cmd: Annotated[list[str], typer.Argument(help=CMD_HELP)],
-    backend: Annotated[ExecBackend, typer.Option(help="Sandbox backend (`local`: no isolation).")] = (
-        ExecBackend.docker
-    ),
+    backend: Annotated[str, typer.Option(
+        help=f"Sandbox backend: {', '.join(BACKENDS)} (`local`: no isolation).")] = DEFAULT_BACKEND,
     image: Annotated[str | None, typer.Option(help="Docker image tag or bwrap rootfs; default base.")] = None,
     timeout: Annotated[float | None, typer.Option(help="Seconds before the command is killed.")] = None,
     memory_mb: Annotated[int | None, typer.Option(help="Memory cap of the sandbox in MiB.")] = None,
@@ -73,7 +73,7 @@ def exec_command(
     if memory_mb is not None:
         limits = replace(limits, memory_mb=memory_mb)
     command: str | list[str] = cmd[0] if len(cmd) == 1 else list(cmd)
-    res = asyncio.run(run_in_sandbox(backend.value, command, image=image, limits=limits))
+    res = asyncio.run(run_in_sandbox(backend, command, image=image, limits=limits))
     typer.echo(res.stdout, nl=False)
     typer.echo(res.stderr, nl=False, err=True)
     if res.truncated:
@@ -120,13 +120,22 @@ class GcOutcome:
 
 @sandbox_app.command("gc")
 def gc_command(
-    backend: Annotated[GcBackend, typer.Option(help="Which backend to clean.")] = GcBackend.all,
+    backends: Annotated[list[GcBackend] | None, typer.Argument(
+        help="Backends to clean (default: every one).", show_default=False)] = None,
     all_runs: Annotated[
         bool, typer.Option("--all", help="Remove every envfarm sandbox, also those of live processes.")
     ] = False,
+    backend: Annotated[str | None, typer.Option(
+        "--backend", hidden=True, help="Deprecated: `sandbox gc BACKEND`; `all`: every one.")] = None,
 ) -> None:
     """Remove sandboxes left behind by dead envfarm processes (all of them with --all)."""
-    names = ["docker", "bwrap"] if backend is GcBackend.all else [backend.value]
+    if backend is not None:
+        named = [] if backend == "all" else [backend]
+        deprecated(f"sandbox gc --backend {backend}", " ".join(["sandbox gc", *named]))
+        if any(b not in GcBackend.__members__ for b in named):
+            raise ConfigError(f"unknown backend {backend!r}: choose {', '.join(GcBackend)} (none: every one)")
+        backends = [*(backends or ()), *(GcBackend(b) for b in named)]
+    names = [b.value for b in dict.fromkeys(backends or GcBackend)]
     outcomes = asyncio.run(gc_backends(names, all_runs))
     for o in outcomes:
         if o.removed is not None:
@@ -162,7 +171,7 @@ async def gc_backend(name: str, all_runs: bool) -> GcOutcome:
         await backend.aclose()
 
 
-# --------------------------------------------------------------------------------------------------- ls
+# ------------------------------------------------------------------------------------------------- list
 
 
 @dataclass(frozen=True)
@@ -179,8 +188,8 @@ class ContainerInfo:
     """alive, dead, "other host" (cannot tell from here) or unknown."""
 
 
-@sandbox_app.command("ls")
-def ls_command() -> None:
+@sandbox_app.command("list")
+def list_command() -> None:
     """List envfarm docker containers with their run id, owner pid and whether the owner still runs."""
     rows = list_containers()
     if not rows:
@@ -192,6 +201,9 @@ def ls_command() -> None:
         owner = f"[{colour[r.owner]}]{r.owner}[/]" if r.owner in colour else r.owner
         table.add_row(r.id, escape(r.name), escape(r.image), r.state, r.run_id, r.owner_pid, owner)
     console.print(table)
+
+
+sandbox_app.command("ls", hidden=True)(alias(list_command, "sandbox ls", "sandbox list"))
 
 
 def list_containers() -> list[ContainerInfo]:

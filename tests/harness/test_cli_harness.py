@@ -1,4 +1,4 @@
-"""``envfarm harness run|plan|images`` through typer (the sub-app in envfarm/commands/harness.py)."""
+"""``envfarm harness run|plan`` and ``envfarm images list --harness`` through typer (commands/harness.py)."""
 
 from __future__ import annotations
 
@@ -162,7 +162,7 @@ def test_run_writes_swebench_reports(toy: tuple[Path, str, Path], tmp_path: Path
         (tmp_path / "out" / "cli" / "org__m" / "envfarm-tests__calc-half" / "report.json").read_text()
     )
     assert report["envfarm-tests__calc-half"]["envfarm"]["resolution_status"] == "RESOLVED_PARTIAL"
-    listing = CliRunner().invoke(app, ["images", "list", "--json"])
+    listing = CliRunner().invoke(root, ["images", "list", "--harness", "--json"])
     assert listing.exit_code == 0, listing.output
     payload = json.loads(listing.output)
     tags = {i["tag"].split(":")[0]: i["kind"] for i in payload["images"]}
@@ -173,6 +173,6 @@ def test_run_writes_swebench_reports(toy: tuple[Path, str, Path], tmp_path: Path
     # gold and half built their images here (an empty patch builds none); other tests may have added more
     assert len(toy) == 1 and toy[0]["env_images"] >= 1 and toy[0]["instance_images"] >= 2, toy
     assert toy[0]["total_bytes"] == toy[0]["env_bytes"] + toy[0]["instance_bytes"] > 0
-    table = CliRunner().invoke(app, ["images", "list"], env={"COLUMNS": "200"})
+    table = CliRunner().invoke(root, ["images", "list", "--harness"], env={"COLUMNS": "200"})
     assert table.exit_code == 0 and "disk per repo/version" in table.output
     assert any("envfarm-tests/calc" in line and "0.1" in line for line in table.output.splitlines())

@@ -54,7 +54,7 @@ def test_version_from_an_env_tag() -> None:
 
 
 def test_prune_refuses_a_bad_repo_name() -> None:
-    result = CliRunner().invoke(root, ["harness", "images", "prune", "--repo", "flask"])
+    result = CliRunner().invoke(root, ["images", "prune", "--harness", "--repo", "flask"])
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1, result.output
     assert lines[0].startswith("error: --repo 'flask': write owner/name")
@@ -92,12 +92,12 @@ def test_list_and_prune_one_repo_keep_env_images_by_default(
         assert {(i.kind, i.tag) for i in mine} == {("instance", adapter), ("pulled", raw), ("env", env_tag)}
         row = next(r for r in by_env(mine) if r.version == "9.9")
         assert (row.env_images, row.instance_images) == (1, 1)
-        pruned = CliRunner().invoke(root, ["harness", "images", "prune", "--repo", "envfarm-tests/prune"])
+        pruned = CliRunner().invoke(root, ["images", "prune", "--harness", "--repo", "envfarm-tests/prune"])
         assert pruned.exit_code == 0, pruned.output
         assert f"removed {adapter}" in pruned.output and f"removed {raw}" in pruned.output
         assert dockerutil.get_image(env_tag) is not None and dockerutil.get_image(env.tag) is not None
         pruned = CliRunner().invoke(
-            root, ["harness", "images", "prune", "--repo", "envfarm-tests/prune", "--all"]
+            root, ["images", "prune", "--harness", "--repo", "envfarm-tests/prune", "--all"]
         )
         assert pruned.exit_code == 0 and f"removed {env_tag}" in pruned.output, pruned.output
         assert dockerutil.get_image(env.tag) is not None, "another repo's env image is kept"

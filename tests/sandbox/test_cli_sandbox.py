@@ -1,4 +1,4 @@
-"""``envfarm sandbox exec|gc|ls`` through typer's CliRunner (exec on the real ``local`` backend)."""
+"""``envfarm sandbox exec|gc|list`` through typer's CliRunner (exec on the real ``local`` backend)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typer.testing import CliRunner, Result
 from envfarm.commands import sandbox as cmd
 from envfarm.commands.sandbox import sandbox_app, shell_exit_code
 from envfarm.errors import BackendUnavailable, ConfigError, FarmError
-from envfarm.sandbox import Backend
+from envfarm.sandbox import DEFAULT_BACKEND, Backend
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -55,9 +55,24 @@ def test_exec_bad_limit_is_a_config_error() -> None:
     assert isinstance(res.exception, ConfigError)  # the root app prints it as a clean error line
 
 
-def test_exec_unknown_backend_is_a_usage_error() -> None:
-    res = invoke("exec", "--backend", "nope", "--", "true")
-    assert res.exit_code == 2
+def test_exec_unknown_backend_is_one_error_line() -> None:
+    from envfarm.cli import app
+
+    res = CliRunner().invoke(app, ["sandbox", "exec", "--backend", "nope", "--", "true"])
+    assert res.exit_code == 2 and "unknown sandbox backend 'nope'" in res.output, res.output
+
+
+def test_exec_runs_on_the_default_backend_of_every_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    used: list[str] = []
+    real = cmd.run_in_sandbox
+
+    async def run(backend: str, command: Any, image: Any = None, limits: Any = None) -> Any:
+        used.append(backend)
+        return await real("local", command, image, limits)
+
+    monkeypatch.setattr(cmd, "run_in_sandbox", run)
+    assert invoke("exec", "true").exit_code == 0
+    assert used == [DEFAULT_BACKEND]
 
 
 def test_shell_exit_code() -> None:
@@ -77,7 +92,7 @@ class FakeBackend(Backend):
         self.calls: list[bool] = []
 
     async def _open(self, spec: Any) -> Any:
-        raise AssertionError("the gc/ls commands must never start a sandbox")
+        raise AssertionError("the gc/list commands must never start a sandbox")
 
     async def check(self) -> None:
         if self.check_error:
@@ -104,14 +119,14 @@ def test_gc_reports_removed_and_skips_unavailable(monkeypatch: pytest.MonkeyPatc
 def test_gc_one_backend_and_failure_exit_code(monkeypatch: pytest.MonkeyPatch) -> None:
     fakes = {"docker": FakeBackend(gc_error=FarmError("daemon went away")), "bwrap": FakeBackend(removed=1)}
     monkeypatch.setattr(cmd, "get_backend", lambda name: fakes[name])
-    ok = invoke("gc", "--backend", "bwrap")
+    ok = invoke("gc", "bwrap")
     assert ok.exit_code == 0 and "bwrap: removed 1 sandbox\n" in ok.stdout
     assert fakes["bwrap"].calls == [False] and fakes["docker"].calls == []
-    bad = invoke("gc", "--backend", "docker")
+    bad = invoke("gc", "docker")
     assert bad.exit_code == 1 and "daemon went away" in bad.stderr
 
 
-# ------------------------------------------------------------------------------------------------ ls
+# ---------------------------------------------------------------------------------------------- list
 
 
 @dataclass
@@ -141,7 +156,7 @@ def container(name: str, pid: int, host: str) -> dict[str, Any]:
             "State": "running", "Labels": labels}
 
 
-def test_ls_shows_owner_liveness(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_list_shows_owner_liveness(monkeypatch: pytest.MonkeyPatch) -> None:
     here = socket.gethostname()
     rows = [container("mine", os.getpid(), here), container("orphan", dead_pid(), here),
             container("remote", 1, "elsewhere")]
@@ -150,16 +165,16 @@ def test_ls_shows_owner_liveness(monkeypatch: pytest.MonkeyPatch) -> None:
     owners = {n: i.owner for n, i in infos.items()}
     assert owners == {"mine": "alive", "orphan": "dead", "remote": "other host"}
     assert infos["mine"].run_id == "run-mine" and infos["mine"].owner_pid == str(os.getpid())
-    res = CliRunner(env={"COLUMNS": "200"}).invoke(sandbox_app, ["ls"])
+    res = CliRunner(env={"COLUMNS": "200"}).invoke(sandbox_app, ["list"])
     assert res.exit_code == 0, res.output
     for word in ("mine", "orphan", "remote", "alive", "dead", "run-orphan"):
         assert word in res.stdout
 
 
-def test_ls_without_a_daemon_raises_backend_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_list_without_a_daemon_raises_backend_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
     def no_daemon() -> None:
         raise BackendUnavailable("the Docker daemon does not answer")
 
     monkeypatch.setattr(cmd.dockerutil, "client", no_daemon)
-    res = invoke("ls")
+    res = invoke("list")
     assert isinstance(res.exception, BackendUnavailable)
