@@ -3,6 +3,26 @@
 Commands parse their options and call library code. A :class:`~envfarm.errors.FarmError` raised anywhere
 below is printed once, here, as a red ``error:`` line (plus the log tail it carries) with exit code 2,
 never as a traceback.
+
+One grammar (``tests/test_cli_grammar.py`` walks the whole tree, hidden aliases included, and holds it):
+
+- Noun, then verb: ``images build|list|prune`` (``--harness``: the harness's images),
+  ``envs list|check|serve``, ``policy serve``, ``sandbox exec|gc|list``, ``tasks mine|recipes|repos``,
+  ``harness run|validate|plan``, ``farm run|receive``; the day-to-day verbs stand alone: ``eval``, ``train``,
+  ``demo``, ``doctor``, ``dashboard``. ``list``, never ``ls``.
+- One meaning per option name, in every command: a flag everywhere or a value of one type everywhere.
+  ``--out DIR`` is always a folder the command writes into; a single file a command writes is named for what
+  it holds: ``--report FILE`` (the command's JSON report, also written), ``--summary FILE``,
+  ``--trajectories FILE`` (JSONL), ``--instances FILE`` (task instance rows, read or mined). ``--json`` is a
+  flag (print JSON instead of a table); ``--env ID`` a registered env id; ``--episodes N`` counts episodes and
+  ``--tasks N`` tasks; ``--backend`` defaults to ``DEFAULT_BACKEND`` (bwrap) everywhere.
+- An old spelling stays for one release as a hidden command or option running the same code, after a
+  one-line note on stderr naming the new spelling (``envfarm.commands.options.alias`` / ``old_spelling``):
+  ``serve`` (``policy serve``), ``openenv serve`` (``envs serve``), ``harness images build|list|prune``
+  (``images ... --harness``; its ``--json FILE``: ``--report``, ``--images``: ``--each``, ``--env``:
+  ``--all``), ``sandbox ls`` (``sandbox list``), ``sandbox gc --backend B`` (``sandbox gc B``), ``farm run
+  --out FILE`` (``--trajectories``), ``eval --episodes N``/``--out FILE`` (``--tasks``/``--report``),
+  ``tasks mine --package P --out FILE`` (``--instances``), ``tasks repos --tasks FILE`` (``--instances``).
 """
 
 from __future__ import annotations
@@ -84,6 +104,7 @@ from envfarm.commands import openenv as _openenv  # noqa: E402
 from envfarm.commands import serve as _serve  # noqa: E402
 from envfarm.commands import tasks as _tasks  # noqa: E402
 from envfarm.commands import train as _train  # noqa: E402
+from envfarm.commands.options import alias as _alias  # noqa: E402
 from envfarm.commands.sandbox import sandbox_app  # noqa: E402
 
 app.add_typer(_images.app, name="images")
@@ -97,8 +118,10 @@ app.add_typer(_harness.app, name="harness")
 app.command(name="train")(_train.train)
 app.add_typer(_tasks.app, name="tasks")
 app.command(name="dashboard")(_dashboard.dashboard)
-app.command(name="serve")(_serve.serve)
-app.add_typer(_openenv.app, name="openenv")
+app.add_typer(_serve.app, name="policy")
+# old spellings, hidden, for one release (the grammar above)
+app.command(name="serve", hidden=True)(_alias(_serve.serve, "serve", "policy serve"))
+app.add_typer(_openenv.app, name="openenv", hidden=True)
 # ------------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,5 @@
-"""``envfarm envs list|check``: the registered environments and their conformance suite."""
+"""``envfarm envs list|check|serve``: the registered environments, their conformance suite, and any of them
+served over OpenEnv's protocol (``serve`` lives in ``envfarm/commands/openenv.py``)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ from rich.table import Table
 
 from envfarm.sandbox import BACKENDS, DEFAULT_BACKEND
 
-app = typer.Typer(name="envs", help="Registered environments: list them, run the conformance suite.",
-                  no_args_is_help=True)
+from .openenv import serve_command
+
+app = typer.Typer(name="envs", no_args_is_help=True,
+                  help="Registered environments: list them, run the conformance suite, serve one (OpenEnv).")
 console = Console()
+app.command("serve")(serve_command)
 
 
 @app.command("list")

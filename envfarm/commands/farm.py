@@ -1,10 +1,11 @@
 """``envfarm farm run|receive`` and ``envfarm eval``: the rollout farm from the command line.
 
     envfarm farm run --env envfarm/ToolCalc-v0 --episodes 1000 --concurrency 64 --policy oracle \\
-        --backend bwrap --out rollouts.jsonl --summary summary.json [--learner URL] [--max-staleness K]
+        --backend bwrap --trajectories rollouts.jsonl --summary summary.json [--learner URL] \\
+        [--max-staleness K]
     envfarm farm run --resume runs/20250101-120000-4242          # continue an interrupted run
     envfarm farm receive --port 8100 --store received.jsonl       # a stand-in learner endpoint
-    envfarm eval --env envfarm/ToolCalc-v0 --policy openai:http://127.0.0.1:8000/v1 --episodes 200 \
+    envfarm eval --env envfarm/ToolCalc-v0 --policy openai:http://127.0.0.1:8000/v1 --tasks 200 \
         --attempts 4
     envfarm farm run --ray 10.0.0.1:6379 ...                      # one worker per node of a Ray cluster
 
@@ -40,7 +41,7 @@ from envfarm.rollout.sinks import FileSink, HTTPSink, Sink
 from envfarm.sandbox.values import TIMEOUTS
 
 from .farm_view import FarmView, summary_table
-from .options import config_option
+from .options import config_option, old_spelling
 
 EXIT_INTERRUPTED = 130
 
@@ -194,8 +195,11 @@ def run_command(
     step_slots: StepSlotsOpt = None,
     policy: PolicyOpt = None,
     backend: BackendOpt = None,
-    out: Annotated[Path | None, typer.Option(help="JSONL file of trajectories, one per line.")] = None,
-    summary: Annotated[Path | None, typer.Option(help="Write the summary JSON here too.")] = None,
+    out: Annotated[Path | None, typer.Option(
+        "--trajectories", help="JSONL file of trajectories, one per line.")] = None,
+    old_out: Annotated[Path | None, typer.Option("--out", hidden=True, help="Deprecated: --trajectories.")
+                       ] = None,
+    summary: Annotated[Path | None, typer.Option(help="Also write the summary as JSON to this file.")] = None,
     learner: Annotated[str | None, typer.Option(help="Stream trajectories to this learner (NDJSON POSTs to "
                                                 "URL/trajectories).")] = None,
     max_staleness: Annotated[int | None, config_option(FarmConfig, "max_staleness", min=0)] = None,
@@ -219,15 +223,16 @@ def run_command(
     """Run episodes of any registered env with a policy; stream trajectories to a file and/or a learner."""
     prior = _prior(resume)
     ray, ray_resource = _option(ray, prior, "ray"), _option(ray_resource, prior, "ray_resource")
+    out = old_spelling(out, old_out, "farm run --out FILE", "farm run --trajectories FILE")
     out, summary = _option(out, prior, "out", Path), _option(summary, prior, "summary", Path)
     learner = _option(learner, prior, "learner")
     max_staleness = _option(max_staleness, prior, "max_staleness")
     if learner is None and max_staleness is not None:
         raise ConfigError("--max-staleness compares with the learner's weight version: add --learner URL")
-    _files(("--out", out), ("--summary", summary))
+    _files(("--trajectories", out), ("--summary", summary))
     if out is not None and resume is None and out.exists() and out.stat().st_size:
         raise ConfigError(f"{out} already holds trajectories; continue its run with --resume RUN, or choose "
-                          "another --out")
+                          "another --trajectories file")
     spec = _pick(policy, prior.policy if prior else None, "--policy")
     config = FarmConfig(
         env_id=_pick(env, prior.env_id if prior else None, "--env"),
@@ -276,7 +281,8 @@ def receive_command(
 def eval_command(
     env: EnvOpt = None,
     policy: PolicyOpt = None,
-    episodes: Annotated[int | None, typer.Option(min=1, help="Tasks (seeds seed .. seed+N-1).")] = None,
+    n_tasks: Annotated[int | None, typer.Option(
+        "--tasks", min=1, help="Tasks (seeds seed .. seed+N-1), each attempted --attempts times.")] = None,
     attempts: Annotated[int | None, typer.Option(min=1, help="Attempts per task, the k of pass@k.")] = None,
     backend: BackendOpt = None,
     concurrency: ConcurrencyOpt = FarmConfig.concurrency,
@@ -284,8 +290,8 @@ def eval_command(
     seed: SeedOpt = None,
     success_threshold: Annotated[float, typer.Option(help="An attempt succeeds when its return is at least "
                                                      "this.")] = 1.0,
-    out: Annotated[Path | None, typer.Option(help="Write the report JSON here too (it is in RUN/eval.json).")
-                   ] = None,
+    report_file: Annotated[Path | None, typer.Option(
+        "--report", help="Also write the report as JSON to this file (it is in RUN/eval.json).")] = None,
     resume: ResumeOpt = None,
     run_dir: RunDirOpt = None,
     env_kwargs: EnvArgsOpt = None,
@@ -297,13 +303,18 @@ def eval_command(
     ray: RayOpt = None,
     ray_resource: RayResourceOpt = None,
     quiet: Annotated[bool, typer.Option(help="No live view.")] = False,
+    old_episodes: Annotated[int | None, typer.Option(
+        "--episodes", hidden=True, min=1, help="Deprecated: --tasks.")] = None,
+    old_out: Annotated[Path | None, typer.Option("--out", hidden=True, help="Deprecated: --report.")] = None,
 ) -> None:
     """Evaluate a policy on an env: pass@1 and unbiased pass@k with 95% CIs, per-task results; resumable."""
+    n_tasks = old_spelling(n_tasks, old_episodes, "eval --episodes N", "eval --tasks N")
+    out = old_spelling(report_file, old_out, "eval --out FILE", "eval --report FILE")
     prior = _prior(resume)
     ray, ray_resource = _option(ray, prior, "ray"), _option(ray_resource, prior, "ray_resource")
-    _files(("--out", out))
+    _files(("--report", out))
     k = _pick(attempts, prior.attempts if prior else None, "--attempts", 1)
-    tasks = _pick(episodes, prior.episodes // prior.attempts if prior else None, "--episodes")
+    tasks = _pick(n_tasks, prior.episodes // prior.attempts if prior else None, "--tasks")
     spec = _pick(policy, prior.policy if prior else None, "--policy")
     config = FarmConfig(
         env_id=_pick(env, prior.env_id if prior else None, "--env"), episodes=tasks * k, attempts=k,

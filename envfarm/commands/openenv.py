@@ -1,7 +1,10 @@
-"""``envfarm openenv serve``: any registered env as an OpenEnv server (TRL, SkyRL, torchforge... clients).
+"""``envfarm envs serve``: any registered env as an OpenEnv server (TRL, SkyRL, torchforge... clients).
 
-    envfarm openenv serve --env envfarm/ToolCalc-v0 --backend bwrap --port 8010 --max-sessions 64
+    envfarm envs serve --env envfarm/ToolCalc-v0 --backend bwrap --port 8010 --max-sessions 64
     envfarm farm run --env openenv:http://127.0.0.1:8010 --policy oracle --episodes 200 --backend bwrap
+
+The command is registered in the ``envs`` group (``envfarm/commands/envs.py``); ``envfarm openenv serve``, its
+old spelling, is a hidden alias for one release.
 """
 
 from __future__ import annotations
@@ -15,13 +18,13 @@ from rich.console import Console
 
 from envfarm.sandbox.values import DEFAULT_BACKEND
 
+from .options import alias
+
 console = Console(stderr=True)
 
-app = typer.Typer(name="openenv", no_args_is_help=True,
-                  help="OpenEnv interop: serve any envfarm env to OpenEnv clients (TRL's GRPOTrainer, ...).")
+app = typer.Typer(name="openenv", no_args_is_help=True, help="Deprecated: `envfarm envs serve`.")
 
 
-@app.command("serve")
 def serve_command(
     env: Annotated[str, typer.Option("--env", help="Registered env id (`envfarm envs list`).")],
     backend: Annotated[str, typer.Option(help="Sandbox backend of AgentEnvs: bwrap or docker.")] \
@@ -60,4 +63,6 @@ def serve_command(
         asyncio.run(serve(config, ready))
 
 
-__all__ = ["app"]
+app.command("serve")(alias(serve_command, "openenv serve", "envs serve"))
+
+__all__ = ["app", "serve_command"]

@@ -1,10 +1,13 @@
-"""``envfarm serve``: the OpenAI-compatible policy server (``trainer/server.py``) for a built-in preset, an
-envfarm checkpoint or a Hugging Face folder; or, with ``--engine vllm``, a managed vLLM server behind the
-same protocol (``trainer/vllm_engine.py``: weight version on every reply, ``POST /weights`` reloads in place).
+"""``envfarm policy serve``: the OpenAI-compatible policy server (``trainer/server.py``) for a built-in
+preset, an envfarm checkpoint or a Hugging Face folder; or, with ``--engine vllm``, a managed vLLM server
+behind the same protocol (``trainer/vllm_engine.py``: weight version on every reply, ``POST /weights``
+reloads in place).
 
-    envfarm serve --preset tiny-cpu --port 8000
-    envfarm serve --engine vllm --checkpoint models/qwen-tiny --port 8000
+    envfarm policy serve --preset tiny-cpu --port 8000
+    envfarm policy serve --engine vllm --checkpoint models/qwen-tiny --port 8000
     envfarm farm run --env envfarm/ToolCalc-v0 --policy openai:http://127.0.0.1:8000/v1 --episodes 10
+
+``envfarm serve``, its old spelling, is a hidden alias for one release (registered in ``envfarm/cli.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ from rich.console import Console
 
 log = logging.getLogger(__name__)
 console = Console(stderr=True)
+
+app = typer.Typer(name="policy", no_args_is_help=True,
+                  help="Policies: serve one over OpenAI-compatible HTTP (what `--policy openai:URL` of "
+                  "`farm run` and `eval` talks to).")
 
 
 def serve(
@@ -77,6 +84,9 @@ def serve(
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve_forever(policy, config, host, port, ready))
+
+
+app.command("serve")(serve)
 
 
 def serve_engine(engine: str, checkpoint: Path | None, host: str, port: int, *, max_batch: int, seed: int,

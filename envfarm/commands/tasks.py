@@ -1,4 +1,9 @@
-"""``envfarm tasks mine|recipes|repos``: the task factory (library: ``envfarm.envs.code_repair.factory``)."""
+"""``envfarm tasks mine|recipes|repos``: the task factory (library: ``envfarm.envs.code_repair.factory``).
+
+    envfarm tasks mine --package attrs==23.1.0 --instances attrs.jsonl     # one JSONL of task instances
+    envfarm tasks mine --packages-file projects.txt --out catalogue/        # a folder: one JSONL per project
+    envfarm tasks repos --instances attrs.jsonl --out rebuilt/              # their repos and env specs
+"""
 
 from __future__ import annotations
 
@@ -16,7 +21,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from envfarm.errors import ConfigError
-from envfarm.sandbox.values import IMAGE_BACKEND
+from envfarm.sandbox.values import DEFAULT_BACKEND
+
+from .options import deprecated, old_spelling
 
 if TYPE_CHECKING:
     from envfarm.envs.code_repair.factory.catalogue import CatalogueReport
@@ -32,14 +39,18 @@ log = logging.getLogger(__name__)
 
 @app.command("mine")
 def mine_command(
-    out: Annotated[Path, typer.Option("--out", help="Output JSONL (state in <out>.work/); a folder with "
-                                      "--packages-file.")],
+    instances: Annotated[Path | None, typer.Option(
+        "--instances", help="With --package: the JSONL of task instances to write (state in <it>.work/; "
+        "`harness run --instances` reads it).")] = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="With --packages-file: the catalogue folder (a task list per project, catalogue.json).")
+    ] = None,
     package: Annotated[
         list[str] | None, typer.Option("--package", "-p", help="NAME==VERSION; repeat for more.")
     ] = None,
     packages_file: Annotated[
         Path | None, typer.Option("--packages-file", help="NAME==VERSION lines: mine a catalogue into the "
-                                  "--out folder (one JSONL per project + catalogue.json), resumable.")
+                                  "--out folder, resumable.")
     ] = None,
     max_tasks: Annotated[int, typer.Option("--max-tasks", min=1, help="Validated tasks per package.")] = 50,
     max_mutants: Annotated[
@@ -48,7 +59,8 @@ def mine_command(
     seed: Annotated[int, typer.Option(help="Orders the mutation sites; same seed, same rows.")] = 0,
     mutations: Annotated[int, typer.Option(min=1, max=5, help="Edits per task (K > 1: K kept bugs of one "
                                            "file combined, harder tasks).")] = 1,
-    backend: Annotated[str, typer.Option(help="Sandbox backend: docker or bwrap.")] = IMAGE_BACKEND,
+    backend: Annotated[str, typer.Option(help="Sandbox backend of the baseline and mutant test runs: bwrap "
+                                         "or docker (harness validation runs on docker).")] = DEFAULT_BACKEND,
     jobs: Annotated[int, typer.Option(min=1, help="Sandboxes testing mutants at once (with --packages-file: "
                                       "projects at once, one sandbox each).")] = 2,
     validate_workers: Annotated[int, typer.Option("--validate-workers", min=1, help="Harness workers.")] = 4,
@@ -59,7 +71,8 @@ def mine_command(
     find_links: Annotated[
         list[Path] | None, typer.Option("--find-links", help="Sdists from this folder instead of PyPI.")
     ] = None,
-    report: Annotated[Path | None, typer.Option("--report", help="Write the figures as JSON.")] = None,
+    report: Annotated[Path | None, typer.Option(
+        "--report", help="Also write the figures as JSON to this file.")] = None,
     recipes: Annotated[
         Path | None, typer.Option("--recipes", help="Recipe table (default: the factory's recipes.toml).")
     ] = None,
@@ -73,6 +86,7 @@ def mine_command(
 
     if bool(package) == bool(packages_file):
         raise ConfigError("give --package NAME==VERSION (repeatable) or --packages-file FILE, one of the two")
+    out = _mine_target(instances, out, catalogue=packages_file is not None)
     packages = read_packages_file(packages_file) if packages_file else tuple(package or ())
     try:
         config = MineConfig(packages=packages, out=out, max_tasks=max_tasks, max_mutants=max_mutants,
@@ -104,6 +118,27 @@ def mine_command(
     if report is not None:
         report.parent.mkdir(parents=True, exist_ok=True)
         report.write_text(figures)
+
+
+def _mine_target(instances: Path | None, out: Path | None, catalogue: bool) -> Path:
+    """Where ``tasks mine`` writes: the --out folder of a catalogue, the --instances file of --package (or,
+    for one release, --out naming that file, as it once did)."""
+    if catalogue:
+        if instances is not None:
+            raise ConfigError("--packages-file mines a catalogue into a folder: give --out DIR, not "
+                              "--instances")
+        if out is None:
+            raise ConfigError("--packages-file mines a catalogue into a folder: give --out DIR")
+        return out
+    if out is not None and instances is None and not out.is_dir():
+        deprecated("tasks mine --package ... --out FILE", "tasks mine --package ... --instances FILE")
+        return out
+    if instances is None:
+        raise ConfigError("--package mines into one JSONL file of task instances: give --instances FILE")
+    if out is not None:
+        raise ConfigError("--out is the catalogue folder of --packages-file; with --package give --instances "
+                          "FILE only")
+    return instances
 
 
 @app.command("recipes")
@@ -180,15 +215,22 @@ def _print_inferred(f: Inferred) -> None:
 
 @app.command("repos")
 def repos_command(
-    tasks: Annotated[Path, typer.Option("--tasks", help="Mined JSONL (rows with envfarm_source).")],
     out: Annotated[Path, typer.Option("--out", help="Folder for repos/ and specs/.")],
+    instances: Annotated[Path | None, typer.Option(
+        "--instances", help="Mined task instances (JSONL rows with envfarm_source).")] = None,
     find_links: Annotated[
         list[Path] | None, typer.Option("--find-links", help="Sdists from this folder instead of PyPI.")
     ] = None,
+    old_tasks: Annotated[Path | None, typer.Option("--tasks", hidden=True, help="Deprecated: --instances.")
+                         ] = None,
 ) -> None:
     """Rebuild the git repos and env specs of mined rows from PyPI alone (no git mirror needed)."""
     from envfarm.envs.code_repair.factory.repo import rebuild
     from envfarm.harness.instances import read_rows
+
+    tasks = old_spelling(instances, old_tasks, "tasks repos --tasks FILE", "tasks repos --instances FILE")
+    if tasks is None:
+        raise ConfigError("give --instances FILE: the JSONL `tasks mine` wrote")
 
     rows = read_rows(tasks)
     repos, specs = rebuild(rows, out, out / "sdists", tuple(find_links or ()))

@@ -35,6 +35,9 @@ RESUMABLE = {"rl_updates", "minutes", "sft_steps", "device", "threads", "concurr
 """Options that may change when a run is resumed (the rest define the run)."""
 OPTION_NAMES = {"env_id": "--env"}
 """Options not named after their TrainConfig field (``--field-name``)."""
+OPTION_TYPES: dict[str, type] = {"checkpoint": Path}
+"""Options whose CLI type is not the field's: a folder is a Path on every command line (``policy serve
+--checkpoint``), a str in the stored config."""
 
 
 def _cli_type(hint: Any) -> Any:
@@ -57,7 +60,7 @@ def config_options() -> list[inspect.Parameter]:
     for f in fields(TrainConfig):
         default = field_default(TrainConfig, f.name)
         name = OPTION_NAMES.get(f.name, "--" + f.name.replace("_", "-"))
-        kind = _cli_type(hints[f.name])
+        kind = OPTION_TYPES.get(f.name) or _cli_type(hints[f.name])
         decl = f"{name}/--no-{name[2:]}" if kind is bool else name
         doc = docs.get(f.name, "")
         first = doc.split(". ")[0].rstrip(".")
@@ -76,7 +79,7 @@ def train(out: Path | None = None, resume: Path | None = None, repeats: int = 1,
     from envfarm.trainer.loop import train as run_train
     from envfarm.trainer.repeats import train_repeats
 
-    given = {k: v for k, v in options.items() if v is not None}
+    given = {k: str(v) if isinstance(v, Path) else v for k, v in options.items() if v is not None}
     if "env_kwargs" in given:
         from envfarm.commands.farm import parse_env_kwargs
 

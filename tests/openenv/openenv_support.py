@@ -94,7 +94,7 @@ class ServerThread:
 
 @dataclass
 class CliServer:
-    """``envfarm openenv serve ...`` as a subprocess (the real CLI); ``stop()`` sends Ctrl-C."""
+    """``envfarm envs serve ...`` as a subprocess (the real CLI); ``stop()`` sends Ctrl-C."""
 
     proc: subprocess.Popen[str]
     url: str
@@ -103,7 +103,7 @@ class CliServer:
     def start(cls, args: Sequence[str], env: Mapping[str, str] | None = None,
               timeout: float = 120.0) -> CliServer:
         port = free_port()
-        argv = [sys.executable, "-m", "envfarm.cli", "openenv", "serve", *args, "--port", str(port)]
+        argv = [sys.executable, "-m", "envfarm.cli", "envs", "serve", *args, "--port", str(port)]
         proc = subprocess.Popen(argv, env=dict(env or os.environ), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
         server = cls(proc, f"http://127.0.0.1:{port}")

@@ -1,4 +1,4 @@
-"""``envfarm openenv serve``: OpenEnv's own client plays oracle episodes of every built-in env; the wire
+"""``envfarm envs serve``: OpenEnv's own client plays oracle episodes of every built-in env; the wire
 format; the refusal past --max-sessions; a session that disconnects gives its sandbox back."""
 
 from __future__ import annotations

@@ -41,7 +41,8 @@ async def wait_lines(path: Path, n: int, proc: asyncio.subprocess.Process) -> No
 async def test_sigint_drains_then_resume_completes(tmp_path: Path) -> None:
     out, run, summary = tmp_path / "out.jsonl", tmp_path / "run", tmp_path / "summary.json"
     proc = await envfarm("farm", "run", *ENV, "--episodes", "60", "--concurrency", "4", "--policy", "oracle",
-                         "--out", str(out), "--summary", str(summary), "--run-dir", str(run), "--quiet")
+                         "--trajectories", str(out), "--summary", str(summary), "--run-dir", str(run),
+                         "--quiet")
     await wait_lines(out, 5, proc)
     proc.send_signal(signal.SIGINT)
     code, text = await finish(proc)
@@ -61,7 +62,7 @@ async def test_second_sigint_cancels_in_flight_episodes(stub: StubServer, tmp_pa
     stub.delay_s = 0.3  # a slow model: episodes are in flight when we interrupt
     out, run = tmp_path / "out.jsonl", tmp_path / "run"
     proc = await envfarm("farm", "run", *ENV, "--episodes", "16", "--concurrency", "6", "--policy",
-                         f"openai:{stub.url}", "--out", str(out), "--run-dir", str(run), "--quiet")
+                         f"openai:{stub.url}", "--trajectories", str(out), "--run-dir", str(run), "--quiet")
     await wait_lines(out, 1, proc)
     proc.send_signal(signal.SIGINT)
     await asyncio.sleep(0.1)
@@ -116,7 +117,7 @@ def test_bad_options_name_the_fix(tmp_path: Path) -> None:
     (["--policy", "oracle", "--learner", "http://127.0.0.1:nope"], "use e.g. --learner http://127.0.0.1:8100"),
     (["--policy", "oracle", "--env-kwargs", '{"bogus": 1}'], "argument 'bogus'; fix --env-kwargs"),
     (["--policy", "oracle", "--backend", "bwrp"], "did you mean 'bwrap'"),
-    (["--policy", "oracle", "--out", "."], "is a folder; give a file in it"),
+    (["--policy", "oracle", "--trajectories", "."], "is a folder; give a file in it"),
 ])
 def test_bad_input_is_one_error_line_before_anything_starts(tmp_path: Path, args: list[str],
                                                              message: str) -> None:
@@ -148,8 +149,8 @@ def test_a_damaged_run_folder_is_a_clear_error(tmp_path: Path, command: str) -> 
 
 async def test_eval_command(tmp_path: Path) -> None:
     run, report = tmp_path / "run", tmp_path / "eval.json"
-    proc = await envfarm("eval", *ENV, "--policy", "oracle", "--episodes", "4", "--attempts", "2",
-                         "--concurrency", "4", "--run-dir", str(run), "--out", str(report), "--quiet")
+    proc = await envfarm("eval", *ENV, "--policy", "oracle", "--tasks", "4", "--attempts", "2",
+                         "--concurrency", "4", "--run-dir", str(run), "--report", str(report), "--quiet")
     code, text = await finish(proc)
     assert code == 0, text
     data = json.loads(report.read_text())

@@ -41,10 +41,12 @@ def test_options_reach_the_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     monkeypatch.setattr(loop, "train", fake)
     result = CliRunner().invoke(app, ["train", "--out", str(tmp_path / "r"), "--env", "envfarm/SqlQuery-v0",
                                       "--lr", "0.5", "--sync", "--env-kwargs", '{"difficulty": 2}',
-                                      "--loss-agg", "token", "--minutes", "3", "--quiet"])
+                                      "--loss-agg", "token", "--minutes", "3", "--checkpoint", "models/m",
+                                      "--quiet"])
     assert isinstance(result.exception, _Captured), result.output
     c = seen["config"]
     assert (c.env_id, c.lr, c.sync, c.loss_agg, c.minutes) == ("envfarm/SqlQuery-v0", 0.5, True, "token", 3.0)
+    assert c.checkpoint == "models/m"  # a Path on the command line (as in `policy serve`), a str here
     assert c.env_kwargs == {"tool_help": False, "difficulty": 2}
     assert c.sft_steps == TrainConfig().sft_steps  # not given: the config's default
 
