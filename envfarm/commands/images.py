@@ -68,8 +68,8 @@ def build(
         bool, typer.Option("--all-suites", help="Build the base image of every Debian suite in images/.")
     ] = False,
     instances: Annotated[Path | None, typer.Option(
-        "--instances", help=f"With --harness: {harness_images.INSTANCES_HELP} Builds the env image of every "
-        "repo/version they need.")] = None,
+        "--instances", help="With --harness: the task instances (JSON, JSONL, parquet or a datasets folder) "
+        "whose env images to build, one per repo/version.")] = None,
     instance_ids: IdsOpt = None,
     specs: SpecsOpt = None,
     split: SplitOpt = "test",
