@@ -92,7 +92,7 @@ def render_engine(data: dict[str, Any]) -> list[str]:
         f"{load['max_tokens']} tokens per turn, {load['backend']}; {machine['cpus']} CPUs, load average "
         f"{machine['load_avg_start']:.1f} at the start, {machine['load_avg_end']:.1f} at the end.",
         "",
-        *_table(["", "built-in (`envfarm serve`)", "vLLM (`--engine vllm`)"], rows),
+        *_table(["", "built-in (`envfarm policy serve`)", "vLLM (`--engine vllm`)"], rows),
         "",
         f"vLLM over built-in, farm sampling: **{data['vllm_over_builtin_tokens_per_s']:.2f}x**.",
     ]
