@@ -5,7 +5,8 @@ Rules, each failure naming the command and the option:
 1. An option name is a flag everywhere or takes a value everywhere (``--json`` was a flag in four commands and
    a file in a fifth; ``--env`` an env id in five and a flag in one).
 2. An option name takes one value type everywhere (a list of T counts as T; ``--checkpoint`` a ``Path`` here
-   and a ``str`` there is a failure).
+   and a ``str`` there is a failure); a ``Path`` is a folder everywhere or a file everywhere, as its help says
+   ("folder" / "file", "JSON", "JSONL"), and a ``--*-dir`` option is a folder.
 3. The names in :data:`MEANINGS` mean what they say: flag or value, the value's type, and a help text that
    says so. ``--out`` is always a folder (its help says "folder" and never "file"/"JSON"); a single file a
    command writes is named for what it holds (``--report``, ``--trajectories``, ``--instances``, ...).
@@ -54,9 +55,9 @@ MEANINGS: dict[str, Meaning] = {
     "--report": Meaning(Path, r"JSON.*\bfile\b"),
     "--trajectories": Meaning(Path, r"JSONL file"),
     "--summary": Meaning(Path, r"JSON.*\bfile\b"),
-    "--instances": Meaning(Path, r"(?i)\binstances\b"),
+    "--instances": Meaning(Path, r"(?i)\binstances\b|\bSWE-bench\b"),
     "--env": Meaning(str, r"(?i)\benv id\b"),
-    "--episodes": Meaning(int, r"^Episodes"),
+    "--episodes": Meaning(int, r"(?i)\bepisodes\b", r"^Tasks"),
     "--tasks": Meaning(int, r"^Tasks"),
     "--backend": Meaning(str, r"(?i)\bbackend\b"),
     "--resume": Meaning(Path, r"(?i)\bfolder\b"),
@@ -142,6 +143,13 @@ def _current(options: list[Option]) -> list[Option]:
     return [o for o in options if not (o.hidden and (o.command, o.name) in DEPRECATED)]
 
 
+def _path_kind(help: str) -> str | None:
+    """What a Path option's help says it names: "folder", "file", or None (it says neither, or both)."""
+    folder = re.search(r"(?i)\bfolders?\b", help) is not None
+    file = re.search(r"(?i)(?<![-\w])files?\b|\bjsonl?\b", help) is not None
+    return None if folder == file else "folder" if folder else "file"
+
+
 def grammar_errors(options: list[Option], commands: list[tuple[tuple[str, ...], bool]]) -> list[str]:
     """Every breach of the rules in the module docstring (empty: the grammar holds)."""
     errors: list[str] = []
@@ -155,6 +163,12 @@ def grammar_errors(options: list[Option], commands: list[tuple[tuple[str, ...], 
             where = "; ".join(f"{o.command or 'envfarm'}: {o.type}" for o in uses)
             rule = "a flag in one command and a value in another" if "flag" in kinds else "two value types"
             errors.append(f"{name} is {rule} ({where})")
+        paths = {o.command: _path_kind(o.help) for o in uses if o.type == "Path"}
+        if len(set(paths.values()) - {None}) > 1:
+            where = "; ".join(f"{command}: {kind}" for command, kind in paths.items() if kind)
+            errors.append(f"{name} is a folder in one command and a file in another ({where})")
+        if name.endswith("-dir") and any(kind != "folder" for kind in paths.values()):
+            errors.append(f"{name}: a --*-dir option's help must say it is a folder ({paths})")
     for o in live:
         meaning = MEANINGS.get(o.name)
         if meaning is None:
@@ -212,6 +226,7 @@ OLD = [
     _old("harness images prune", "--env", "flag", "Remove env images too."),
     _old("farm run", "--out", "Path", "JSONL file of trajectories, one per line."),
     _old("train", "--out", "Path", "Training folder to create."),
+    _old("eval", "--out", "Path", "Write the report JSON here too (it is in RUN/eval.json)."),
     _old("eval", "--episodes", "int", "Tasks (seeds seed .. seed+N-1)."),
     _old("sandbox exec", "--backend", "str", "Sandbox backend.", "docker"),
 ]
@@ -222,6 +237,8 @@ def test_the_rules_catch_the_old_grammar() -> None:
     assert "--json is a flag in one command and a value in another" in errors
     assert "--env is a flag in one command and a value in another" in errors
     assert "farm run --out: help" in errors and "train --out" not in errors
+    assert "--out is a folder in one command and a file in another (farm run: file; train: folder; eval: " \
+        "file)" in errors
     assert "eval --episodes: help" in errors
     assert "sandbox exec --backend defaults to 'docker'" in errors
     assert "`envfarm sandbox ls`: name it `list`" in errors

@@ -77,7 +77,7 @@ RegistryOpt = Annotated[
         "PREFIX/<the row's image name> instead of Docker Hub.",
     ),
 ]
-ReportDirOpt = Annotated[Path, typer.Option("--report-dir", help="Where reports go.")]
+ReportDirOpt = Annotated[Path, typer.Option("--report-dir", help="Folder the reports go to.")]
 WorkersOpt = Annotated[int, typer.Option("--max-workers", min=1, help="Parallel builds and runs.")]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", min=1, help="Test timeout per instance (s).")]
 BuildWorkersOpt = Annotated[int, typer.Option("--max-workers", min=1, help="Docker builds at once.")]
