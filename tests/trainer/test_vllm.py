@@ -183,6 +183,7 @@ def _forward_logprobs(model: transformers.PreTrainedModel, reply: dict[str, Any]
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("vllm_engine")
 def test_reply_has_version_token_ids_and_the_models_logprobs(served: dict[str, Any],
                                                               models: tuple[Path, Path]) -> None:
     url = served["url"]
@@ -217,6 +218,7 @@ def test_reply_has_version_token_ids_and_the_models_logprobs(served: dict[str, A
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("vllm_engine")
 def test_reload_in_place_answers_like_a_fresh_server(served: dict[str, Any],
                                                      models: tuple[Path, Path]) -> None:
     url = served["url"]
@@ -245,6 +247,7 @@ def test_reload_in_place_answers_like_a_fresh_server(served: dict[str, Any],
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("vllm_engine")
 def test_requests_in_flight_during_a_reload_keep_one_version(served: dict[str, Any],
                                                              models: tuple[Path, Path]) -> None:
     url = served["url"]
@@ -272,6 +275,7 @@ def test_requests_in_flight_during_a_reload_keep_one_version(served: dict[str, A
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("vllm_engine")
 def test_after_an_optimizer_step_vllm_samples_with_the_learners_weights(served: dict[str, Any],
                                                                         models: tuple[Path, Path]) -> None:
     """The RL loop's round trip: sample, one learner step on it, publish, sample again; both times vLLM's
@@ -297,6 +301,7 @@ def test_after_an_optimizer_step_vllm_samples_with_the_learners_weights(served: 
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("vllm_engine")
 def test_a_dead_engine_is_named_and_sigterm_leaves_no_process(served: dict[str, Any]) -> None:
     """vLLM killed under the front: requests get a 503 that names the engine's log (the farm retries, then
     stops with it); SIGTERM to ``envfarm serve`` then ends it and every process vLLM had started."""

@@ -33,7 +33,7 @@ from envfarm.trainer.policy import load_policy
 from envfarm.trainer.samples import TokenSample
 from envfarm.trainer.vllm_front import checkpoint_state
 
-pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
+pytestmark = [pytest.mark.bwrap, pytest.mark.slow, pytest.mark.usefixtures("vllm_engine")]  # conftest.py
 UPDATES = 4
 WORDS = ("apple", "river", "quartz", "violet")
 
