@@ -15,7 +15,7 @@ from envfarm.commands.farm import eval_command, run_command
 from envfarm.commands.options import config_help, field_default, field_docs
 from envfarm.rollout.farm import FarmConfig
 
-ALIASES = {"env": "env_id", "learner_timeout": "learner_timeout_s"}
+ALIASES = {"env": "env_id", "learner_timeout": "learner_timeout_s", "flush_timeout": "flush_timeout_s"}
 
 
 def _options(command: Callable[..., Any]) -> dict[str, tuple[OptionInfo, Any]]:

@@ -4,6 +4,7 @@
         --backend bwrap --trajectories rollouts.jsonl --summary summary.json [--learner URL] \\
         [--max-staleness K]
     envfarm farm run --resume runs/20250101-120000-4242          # continue an interrupted run
+    envfarm farm deliver runs/20250101-120000-4242               # hand a stopped run's spool to its sinks
     envfarm farm receive --port 8100 --store received.jsonl       # a stand-in learner endpoint
     envfarm eval --env envfarm/ToolCalc-v0 --policy openai:http://127.0.0.1:8000/v1 --tasks 200 \
         --attempts 4
@@ -12,6 +13,8 @@
 Ctrl-C (or SIGTERM) drains: no new episodes, the ones in flight finish; a second Ctrl-C cancels them (they are
 re-run by ``--resume``). Either way the spool is flushed and the summary written; the exit code is 130.
 A FarmError (policy server down, learner gone) is printed by the root app as one ``error:`` line, exit 2.
+Whatever way a run stops, every healthy sink has every finished trajectory; what a sink that was down did
+not take waits in RUN/spool.jsonl, and the summary and the error say so and name ``envfarm farm deliver RUN``.
 """
 
 from __future__ import annotations
@@ -31,13 +34,13 @@ from rich.live import Live
 from rich.table import Table
 
 from envfarm.errors import ConfigError, FarmError, LearnerUnavailable
+from envfarm.rollout.deliver import LEARNER_BACKLOG, DeliveryCount, deliver_run, run_sinks
 from envfarm.rollout.eval import EvalReport, eval_farm, report_run
 from envfarm.rollout.farm import Farm, FarmConfig
 from envfarm.rollout.policies import Policy
 from envfarm.rollout.policy_spec import make_policy
 from envfarm.rollout.receiver import serve
 from envfarm.rollout.runs import RunSpec, read_spec
-from envfarm.rollout.sinks import FileSink, HTTPSink, Sink
 from envfarm.sandbox.values import TIMEOUTS
 
 from .farm_view import FarmView, summary_table
@@ -172,19 +175,18 @@ async def _consume(farm: Farm) -> None:
         pass
 
 
-def _finish(farm: Farm, learner: str | None) -> None:
-    """Print the summary; exit 130 when interrupted; LearnerUnavailable when the learner missed records."""
+def _finish(farm: Farm) -> None:
+    """Print the summary; exit 130 when interrupted; LearnerUnavailable when a sink missed records."""
     s = farm.summary()
     console.print(summary_table(s))
     if s.run_dir:
         console.print(f"run folder: {s.run_dir}  (continue with: envfarm farm run --resume {s.run_dir})")
     if s.stopped == "interrupted":
+        if s.undelivered is not None:
+            err_console.print(s.undelivered.message(), highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_INTERRUPTED)
-    waiting = s.sinks.get("learner", {}).get("backlog", 0)
-    if learner and waiting:
-        raise LearnerUnavailable(f"{waiting} trajectories were not delivered to the learner at {learner}; "
-                                 f"they wait in {s.run_dir}/spool.jsonl: `envfarm farm run --resume "
-                                 f"{s.run_dir}` delivers them once the learner is up")
+    if s.undelivered is not None:
+        raise LearnerUnavailable(s.undelivered.message())
 
 
 @app.command("run")
@@ -213,9 +215,11 @@ def run_command(
     temperature: TemperatureOpt = 1.0,
     max_tokens: MaxTokensOpt = 1024,
     learner_backlog: Annotated[int, typer.Option(
-        min=1, help="Undelivered trajectories at which the farm waits for the learner.")] = 256,
+        min=1, help="Undelivered trajectories at which the farm waits for the learner.")] = LEARNER_BACKLOG,
     learner_timeout: Annotated[float, config_option(FarmConfig, "learner_timeout_s")
                                ] = FarmConfig.learner_timeout_s,
+    flush_timeout: Annotated[float, config_option(FarmConfig, "flush_timeout_s", min=0)
+                             ] = FarmConfig.flush_timeout_s,
     ray: RayOpt = None,
     ray_resource: RayResourceOpt = None,
     quiet: Annotated[bool, typer.Option(help="No live view.")] = False,
@@ -241,12 +245,8 @@ def run_command(
                                                FarmConfig.backend),
         seed=_pick(seed, prior.seed if prior else None, "--seed", FarmConfig.seed),
         env_kwargs=_env_kwargs(env_kwargs, prior), max_staleness=max_staleness,
-        learner_timeout_s=learner_timeout, step_slots=step_slots)
-    sinks: list[Sink] = []
-    if out is not None:
-        sinks.append(FileSink(out))
-    if learner is not None:
-        sinks.append(HTTPSink(learner, max_backlog=learner_backlog))
+        learner_timeout_s=learner_timeout, flush_timeout_s=flush_timeout, step_slots=step_slots)
+    sinks = run_sinks({"out": out, "learner": learner}, learner_backlog)
     pol = _policy(spec, concurrency, model, policy_timeout, policy_retries, temperature, max_tokens)
     options = {"out": str(out) if out else None, "summary": str(summary) if summary else None,
                "learner": learner, "max_staleness": max_staleness, "ray": ray, "ray_resource": ray_resource}
@@ -259,7 +259,32 @@ def run_command(
             console.print(summary_table(farm.summary()))
             console.print(f"run folder: {farm.run_dir.path}")
         raise
-    _finish(farm, learner)
+    _finish(farm)
+
+
+@app.command("deliver")
+def deliver_command(
+    run: Annotated[Path, typer.Argument(help="The run folder whose spooled trajectories to deliver.")],
+    timeout: Annotated[float, typer.Option(min=0, help="Seconds to keep trying a sink that is down.")] = 60.0,
+) -> None:
+    """Deliver a stopped run's spooled trajectories to the sinks it was started with (--trajectories,
+    --learner), each from where it stopped; runs no episode."""
+    counts = asyncio.run(deliver_run(run, timeout_s=timeout))
+    console.print(_deliveries_table(run, counts))
+    waiting = {name: c for name, c in counts.items() if c.backlog}
+    if waiting:
+        detail = "; ".join(f"{name}: {c.backlog} left ({c.last_error})" for name, c in waiting.items())
+        raise LearnerUnavailable(f"not every sink of {run} took its trajectories within {timeout:.0f}s: "
+                                 f"{detail}. Bring it up, then run `envfarm farm deliver {run}` again")
+
+
+def _deliveries_table(run: Path, counts: dict[str, DeliveryCount]) -> Table:
+    table = Table(title=f"deliveries of {run}")
+    for col in ("sink", "delivered", "left"):
+        table.add_column(col)
+    for name, c in counts.items():
+        table.add_row(name, str(c.delivered), str(c.backlog))
+    return table
 
 
 @app.command("receive")

@@ -158,7 +158,7 @@ async def test_cli_names_the_deliver_command_and_it_delivers(tmp_path: Path) -> 
     run, out, store, port = tmp_path / "run", tmp_path / "out.jsonl", tmp_path / "received.jsonl", free_port()
     code, text = await envfarm("farm", "run", "--env", "envfarm/ToolCalc-v0", "--backend", "bwrap",
                                "--policy", "oracle", "--episodes", "20", "--concurrency", "2",
-                               "--out", str(out),
+                               "--trajectories", str(out),
                                "--learner", f"http://127.0.0.1:{port}", "--learner-backlog", "2",
                                "--learner-timeout", "1", "--flush-timeout", "1", "--run-dir", str(run),
                                "--quiet")
