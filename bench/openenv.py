@@ -1,4 +1,4 @@
-"""OpenEnv server benchmark: ToolCalc-v0 on bwrap served by ``envfarm openenv serve`` to OpenEnv's own client,
+"""OpenEnv server benchmark: ToolCalc-v0 on bwrap served by ``envfarm envs serve`` to OpenEnv's own client,
 against the same env stepped in-process by the farm; prints and writes JSON.
 
     python bench/openenv.py                              # 1, 64 and 512 concurrent sessions, 15 s per arm

@@ -1,4 +1,4 @@
-"""Policy server benchmark: sampling throughput of ``generate`` and of ``envfarm serve``, and hot-swap cost.
+"""Policy server benchmark: throughput of ``generate`` and of ``envfarm policy serve``, and hot-swap cost.
 
     python bench/serve.py                        # tiny-cpu on this machine's CPU (2 threads)
     python bench/serve.py --preset small --device cuda --batches 1 32 128

@@ -208,8 +208,9 @@ def history_lines(found: dict[str, dict[str, object]]) -> str:
 
 
 def env_builds(labelled: Sequence[str]) -> dict[str, object]:
-    """``LABEL=FILE`` pairs of ``envfarm harness images build --json`` outputs (cold, warm, ...): per label
-    and repository the images, how many were built (not found), their build seconds (sum, max), failures."""
+    """``LABEL=FILE`` pairs of ``envfarm images build --harness --report`` outputs (cold, warm, ...): per
+    label and repository the images, how many were built (not found), their build seconds (sum, max),
+    failures."""
     out: dict[str, object] = {}
     for item in labelled:
         label, _, name = item.partition("=")
@@ -304,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
         nargs="*",
         default=[],
         metavar="LABEL=FILE",
-        help="`harness images build --json` outputs to summarise (cold=F warm=F)",
+        help="`images build --harness --report` outputs to summarise (cold=F warm=F)",
     )
     parser.add_argument("--disk", action="store_true", help="disk of the harness images per repo/version")
     parser.add_argument(

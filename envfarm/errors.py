@@ -44,7 +44,7 @@
     └── TrainerError                          the learner (`envfarm train`): batching, updates, the loop
         ├── CheckpointError                   a checkpoint that is missing, damaged or for another model
         ├── WeightsError                      published weights that are no safetensors file or do not fit
-        │                                     the served model (`envfarm serve` answers 400)
+        │                                     the served model (`envfarm policy serve` answers 400)
         └── EngineError                       the vLLM engine (`--engine vllm`) died, or a reload failed
             └── EngineStartError              not installed (-> `make setup`), or did not come up: the message
                                               names its log file and shows the log's tail

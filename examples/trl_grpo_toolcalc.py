@@ -1,6 +1,6 @@
 """TRL's GRPOTrainer training on ``envfarm/ToolCalc-v0`` served by envfarm over OpenEnv, on CPU.
 
-    envfarm openenv serve --env envfarm/ToolCalc-v0 --backend bwrap --port 8010 --max-sessions 16 \\
+    envfarm envs serve --env envfarm/ToolCalc-v0 --backend bwrap --port 8010 --max-sessions 16 \\
         --env-kwargs '{"difficulty": 1, "tool_help": false}' &
     HF_HUB_OFFLINE=1 python examples/trl_grpo_toolcalc.py --url http://127.0.0.1:8010 --steps 5
 

@@ -1,4 +1,5 @@
-"""Disk use of the harness's images, per image and per (repo, version): ``envfarm harness images list|prune``.
+"""Disk use of the harness's images, per image and per (repo, version): ``envfarm images list|prune
+--harness``.
 
     kind      image                                   own bytes (what removing it frees)
     env       envfarm/sweb.env.<repo>.<version>:<h>   its size minus its Debian base image
@@ -36,7 +37,7 @@ KINDS = ("env", "instance", "pulled")
 
 @dataclass(frozen=True)
 class HarnessImage:
-    """One harness image in docker, as ``envfarm harness images list`` shows it."""
+    """One harness image in docker, as ``envfarm images list --harness`` shows it."""
 
     tag: str
     kind: str

@@ -11,7 +11,7 @@ wheelhouse, ``docker build`` with ``network_mode="none"``). The env hash is :fun
 generated recipe plus the base hash; the instance hash covers the env hash, the base commit and the build
 script, so an instance image is found again without the repository. Harness images carry the label
 ``envfarm.harness`` (``env``/``instance``), not ``envfarm=1``: ``envfarm images prune`` leaves them alone and
-``envfarm harness images list|prune`` (disk.py) manage them.
+``envfarm images list|prune --harness`` (disk.py) manage them.
 
 Where the repo lives: the build unpacks the snapshot at ``/workspace/testbed``, runs ``install`` there (so
 editable installs point at that path), then moves it to ``/opt/envfarm/testbed`` (read-only at run time)

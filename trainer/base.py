@@ -6,9 +6,9 @@ and what the learner and the policy server exchange.
             ├─ template     ChatTemplate: OpenAI messages + tools -> prompt text; completion text <-> message
             └─ spec         PolicySpec: what to rebuild it from (preset / checkpoint / HF folder), JSON-ready
 
-    server (``envfarm serve``)  --- chat completion with token ids + logprobs --->  farm (Trajectory.turns)
-    farm                         --- NDJSON trajectories (episode_id dedup) ----->  learner (envfarm train)
-    learner                      --- POST /weights (safetensors bytes, version) ->  server (hot swap)
+    server (`policy serve`) --- chat completion with token ids + logprobs --->  farm (Trajectory.turns)
+    farm                    --- NDJSON trajectories (episode_id dedup) ------->  learner (envfarm train)
+    learner                 --- POST /weights (safetensors bytes, version) --->  server (hot swap)
 
 One sample the learner trains on is one assistant turn: ``prompt_token_ids`` (the whole conversation so far,
 rendered by the template) followed by ``token_ids`` (the completion, ending in the template's end-of-turn

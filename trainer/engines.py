@@ -32,7 +32,7 @@ ENGINES: tuple[str, ...] = ("builtin", "vllm")
 
 
 class RolloutEngine(Protocol):
-    """The surface the training loop and ``envfarm serve`` use."""
+    """The surface the training loop and ``envfarm policy serve`` use."""
 
     @property
     def url(self) -> str:

@@ -1,4 +1,4 @@
-"""The OpenAI chat-completions wire format of ``envfarm serve``: request validation and response bodies.
+"""The OpenAI chat-completions wire format of ``envfarm policy serve``: request validation, response bodies.
 
 Pure functions, no I/O: :func:`parse_chat_request` turns a JSON body into a :class:`ChatRequest` (or raises
 :class:`RequestError`, answered as an OpenAI-style 400), :func:`completion_body` and :func:`chunk_body`

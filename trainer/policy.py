@@ -125,7 +125,7 @@ def _load_checkpoint(folder: Path, device: torch.device, seed: int) -> Policy:
 
 
 def save_policy(policy: Policy, folder: str | Path) -> Path:
-    """Write ``policy`` so :func:`load_policy` (and ``envfarm serve --checkpoint``) can rebuild it."""
+    """Write ``policy`` so :func:`load_policy` (and ``envfarm policy serve --checkpoint``) can rebuild it."""
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     if policy.spec.kind == "hf":

@@ -1,4 +1,4 @@
-"""``envfarm serve``: an OpenAI-compatible policy server for a :class:`Policy`, with batching and hot swaps.
+"""``envfarm policy serve``: an OpenAI-compatible server for a :class:`Policy`, with batching and hot swaps.
 
     server = PolicyServer(load_policy("tiny-cpu"), ServerConfig(max_batch=32))
     await server.start("127.0.0.1", 8000)          # server.url == "http://127.0.0.1:8000"

@@ -8,7 +8,8 @@
     engine = VLLMEngine.for_policy(policy, VLLMConfig(), workdir)   # a trained HF policy: saved, then served
 
 It has the built-in :class:`~envfarm.trainer.server.PolicyServer`'s surface (``url``, ``version``,
-``start``, ``stop``, ``swap``; see engines.py), so the training loop and ``envfarm serve`` drive either.
+``start``, ``stop``, ``swap``; see engines.py), so the training loop and ``envfarm policy serve`` drive
+either.
 Files under ``workdir``: ``vllm.log`` (the server's output; errors name it), ``model/`` (the policy saved for
 vLLM when the engine serves an in-memory policy), ``weights/v<N>/`` (the latest published weights).
 """

@@ -1,8 +1,9 @@
-"""The envfarm side of the vLLM engine: an aiohttp front on loopback that speaks ``envfarm serve``'s protocol.
+"""The envfarm side of the vLLM engine: an aiohttp front on loopback speaking ``envfarm policy serve``'s
+protocol.
 
     front = VLLMFront("http://127.0.0.1:41234", weights_dir=Path("out/engine/weights"), version=0)
     url = await front.start("127.0.0.1", 8000)
-    await front.reload(learner.module.state_dict(), version=1)    # or POST {url}/weights, as to envfarm serve
+    await front.reload(learner.module.state_dict(), version=1)    # or POST {url}/weights (policy serve)
 
 The farm, the evaluations and the learner talk to this front exactly as to the built-in policy server:
 

@@ -128,7 +128,7 @@ async def publish(url: str, policy_or_state: Policy | nn.Module | Mapping[str, t
             body = json.loads(text)
     except (aiohttp.ClientError, TimeoutError) as e:
         raise TrainerError(f"cannot publish weights v{version} to {weights_url(url)} ({type(e).__name__}: "
-                           f"{e}); is `envfarm serve` running there?") from e
+                           f"{e}); is `envfarm policy serve` running there?") from e
     finally:
         if own:
             await sess.close()

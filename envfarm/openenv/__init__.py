@@ -1,6 +1,6 @@
 """envfarm and OpenEnv (the environment protocol of the PyTorch / Hugging Face RL stack), both directions.
 
-- ``server.py``: ``envfarm openenv serve --env ID``: any registered env over OpenEnv's WebSocket protocol,
+- ``server.py``: ``envfarm envs serve --env ID``: any registered env over OpenEnv's WebSocket protocol,
   built on OpenEnv's own server classes; ``adapter.py`` makes the per-session ``Environment`` objects and
   ``types.py`` holds the wire types (OpenEnv ``Action``/``Observation``/``State`` subclasses).
 - ``remote.py``: ``--env openenv:URL``: any OpenEnv server as an envfarm env, so the farm, spool, eval and

@@ -121,7 +121,7 @@ class EnvHost:
         if self.agent:
             if self.pools is None:
                 raise ConfigError(f"the OpenEnv server for {self.env_id} is not started; use `async with "
-                                  "EnvHost(...)` or `envfarm openenv serve`")
+                                  "EnvHost(...)` or `envfarm envs serve`")
             env: Any = make_env(self.env_id, self.backend_name, self.pools, self.env_kwargs)
         else:
             env = gymnasium.make(self.env_id, **self.env_kwargs)

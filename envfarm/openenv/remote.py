@@ -8,7 +8,7 @@ OpenEnv.
 Each env instance holds one WebSocket session (OpenEnv's own ``GenericEnvClient``), reused episode after
 episode: ``areset`` sends ``reset`` (with the farm's seed), ``astep`` sends ``step``. Two kinds of server:
 
-- envfarm's own (``envfarm openenv serve``): observations carry ``text``, ``tools``, ``info``,
+- envfarm's own (``envfarm envs serve``): observations carry ``text``, ``tools``, ``info``,
   ``terminated``/``truncated``; the action text goes through unchanged (``{"action": ...}``), the tools
   are the served env's, and with ``--expose-oracle`` the oracle policy works too (from the session's
   ``state``).
@@ -84,7 +84,7 @@ class OpenEnvRemoteEnv(AgentEnv[RemoteTask]):
     def oracle(self) -> list[str]:
         if self._oracle is None:
             raise PolicyError(f"the OpenEnv server at {self.base_url} shows no oracle; serve it with "
-                              "`envfarm openenv serve --expose-oracle` (envfarm envs only)")
+                              "`envfarm envs serve --expose-oracle` (envfarm envs only)")
         return list(self._oracle)
 
     # --------------------------------------------------------------------------------------- async core

@@ -1,4 +1,4 @@
-"""An OpenEnv-compatible server for any registered envfarm env (``envfarm openenv serve``).
+"""An OpenEnv-compatible server for any registered envfarm env (``envfarm envs serve``).
 
     config = OpenEnvServeConfig(env_id="envfarm/ToolCalc-v0", backend="bwrap", port=8010, max_sessions=64)
     await serve(config, ready=print)           # until cancelled (Ctrl-C in the CLI)
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 
 class OpenEnvServeConfig(BaseModel):
-    """What ``envfarm openenv serve`` serves, and how."""
+    """What ``envfarm envs serve`` serves, and how."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -121,7 +121,7 @@ async def serve(config: OpenEnvServeConfig, ready: Callable[[str], None] | None 
     server = uvicorn.Server(uvicorn.Config(
         app, host=config.host, port=config.port, log_level=config.log_level, lifespan="on",
         timeout_graceful_shutdown=5, backlog=4096))
-    task = asyncio.create_task(server.serve(), name="envfarm openenv server")
+    task = asyncio.create_task(server.serve(), name="envfarm envs server")
     try:
         while not server.started and not task.done():
             await asyncio.wait([task], timeout=0.05)

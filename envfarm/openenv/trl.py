@@ -1,6 +1,6 @@
 """TRL's GRPOTrainer on a served envfarm env: an ``environment_factory`` whose tools are the env's.
 
-    # envfarm openenv serve --env envfarm/ToolCalc-v0 --backend bwrap --port 8010 --max-sessions 64
+    # envfarm envs serve --env envfarm/ToolCalc-v0 --backend bwrap --port 8010 --max-sessions 64
     factory = environment_factory("http://127.0.0.1:8010")
     trainer = GRPOTrainer(model=..., processing_class=..., args=GRPOConfig(...), train_dataset=dataset,
                           environment_factory=factory)     # rewards come from envfarm (get_reward)
@@ -116,7 +116,7 @@ def served_tools(base_url: str) -> list[dict[str, Any]]:
             tools = client.reset(seed=0).observation.get("tools")
     except (ConnectionError, OSError, RuntimeError) as e:
         raise ConfigError(f"cannot read the tools of the env served at {base_url} ({type(e).__name__}: {e}); "
-                          "start it with `envfarm openenv serve --env ID --port PORT`") from e
+                          "start it with `envfarm envs serve --env ID --port PORT`") from e
     return list(tools or [])
 
 

@@ -1,4 +1,4 @@
-"""Disk per (repo, version) from the harness's images (``envfarm harness images list|prune``)."""
+"""Disk per (repo, version) from the harness's images (``envfarm images list|prune --harness``)."""
 
 from __future__ import annotations
 

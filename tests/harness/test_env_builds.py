@@ -1,4 +1,4 @@
-"""``envfarm harness images build`` (harness/env_builds.py): one env image per repo/version, failures and
+"""``envfarm images build --harness`` (harness/env_builds.py): one env image per repo/version, failures and
 rows without a spec reported, the rest built; a second run finds every image by its content hash."""
 
 from __future__ import annotations

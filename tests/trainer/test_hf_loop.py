@@ -1,7 +1,7 @@
 """A Hugging Face model through the whole loop on CPU, with the same commands as the built-in model: a tiny
 Qwen2 (random init, a byte-level BPE tokenizer trained here on ToolCalc text, a ChatML template with tool
 calls; nothing downloaded) goes SFT -> eval -> RL -> eval (``envfarm train --checkpoint``), then
-``envfarm serve --checkpoint`` serves the trained policy. The server's behaviour log-probs match the
+``envfarm policy serve --checkpoint`` serves the trained policy. The server's behaviour log-probs match the
 learner's recompute (PPO ratio 1 on the weights that sampled), and a few learner updates move the weights."""
 
 from __future__ import annotations

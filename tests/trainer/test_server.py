@@ -1,5 +1,5 @@
-"""`envfarm serve` through the official openai SDK on 127.0.0.1: tools, n, logprobs, token ids, streaming,
-batching, hot swaps under load, OpenAI-style 400s, and the rollout farm driving it."""
+"""`envfarm policy serve` through the official openai SDK on 127.0.0.1: tools, n, logprobs, token ids,
+streaming, batching, hot swaps under load, OpenAI-style 400s, and the rollout farm driving it."""
 
 from __future__ import annotations
 
@@ -286,7 +286,7 @@ async def test_farm_episodes_carry_tokens_logprobs_and_version(tmp_path: Path) -
 
 @pytest.mark.slow
 def test_cli_serve_drives_farm_run(tmp_path: Path) -> None:
-    """`envfarm serve` in one process, `envfarm farm run --policy openai:...` in another (~20 s)."""
+    """`envfarm policy serve` in one process, `envfarm farm run --policy openai:...` in another (~20 s)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

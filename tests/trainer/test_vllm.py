@@ -1,4 +1,5 @@
-"""``envfarm serve --engine vllm`` drives a real vLLM server (from .venv-vllm, which `make setup` creates),
+"""``envfarm policy serve --engine vllm`` drives a real vLLM server (from .venv-vllm, which `make setup`
+creates),
 started once for this module on a tiny random Qwen2 (head size 32: vLLM's CPU attention needs 32..512).
 
 The server starts on weights W1, so its first answers are a fresh server's on W1. Publishing W0 and then W1
@@ -123,7 +124,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="module")
 def served(models: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """``envfarm serve --engine vllm`` on W1 (a subprocess, the CLI path), until the module ends."""
+    """``envfarm policy serve --engine vllm`` on W1 (a subprocess, the CLI path), until the module ends."""
     port = free_port()
     engine_dir = tmp_path_factory.mktemp("engine")
     cmd = [sys.executable, "-m", "envfarm.cli", "serve", "--engine", "vllm", "--checkpoint", str(models[1]),
@@ -147,7 +148,8 @@ async def _wait_healthy(url: str, proc: subprocess.Popen[bytes], engine_dir: Pat
                 out = proc.stdout.read().decode() if proc.stdout else ""
                 path = engine_dir / "vllm.log"
                 log = path.read_text()[-3000:] if path.exists() else ""
-                pytest.fail(f"envfarm serve --engine vllm exited {proc.returncode}:\n{out[-3000:]}\n{log}")
+                pytest.fail(f"envfarm policy serve --engine vllm exited {proc.returncode}:\n{out[-3000:]}\n"
+                            f"{log}")
             try:
                 async with s.get(url + "/health") as r:
                     if r.status == 200:
@@ -304,7 +306,7 @@ def test_after_an_optimizer_step_vllm_samples_with_the_learners_weights(served: 
 @pytest.mark.usefixtures("vllm_engine")
 def test_a_dead_engine_is_named_and_sigterm_leaves_no_process(served: dict[str, Any]) -> None:
     """vLLM killed under the front: requests get a 503 that names the engine's log (the farm retries, then
-    stops with it); SIGTERM to ``envfarm serve`` then ends it and every process vLLM had started."""
+    stops with it); SIGTERM to ``envfarm policy serve`` then ends it and every process vLLM had started."""
     proc: subprocess.Popen[bytes] = served["proc"]
     family = descendants(proc.pid)
     assert len(family) >= 2  # vLLM's api_server and its engine core, at least

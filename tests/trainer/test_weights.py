@@ -72,5 +72,5 @@ def test_checkpoint_folder_round_trip(tmp_path: Path) -> None:
 
 async def test_publish_to_nothing_is_a_trainer_error() -> None:
     assert weights_url("http://h:1/v1") == weights_url("http://h:1/") == "http://h:1/weights"
-    with pytest.raises(TrainerError, match="is `envfarm serve` running"):
+    with pytest.raises(TrainerError, match="is `envfarm policy serve` running"):
         await publish("http://127.0.0.1:9", encode_state({"x": torch.zeros(1)}), 1, timeout_s=5)
