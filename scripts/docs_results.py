@@ -98,6 +98,19 @@ def render_engine(data: dict[str, Any]) -> list[str]:
     ]
 
 
+def render_faults(data: dict[str, Any]) -> list[str]:
+    """``bench/faults.py``: the fault suites run again and again under load."""
+    rows = [[f"`{r['command']}`", _fmt(r["runs"]), _fmt(r["failed_runs"]), f"{r['median_s']:.0f} s",
+             f"{r['max_s']:.0f} s", f"{r['load_avg_median']:.1f} / {r['load_avg_max']:.1f}"]
+            for r in data["suites"].values()]
+    load = ", ".join(data["load"]) or "none"
+    return [
+        f"{data['cores']} cores; load beside the suites: {load}; {data['failed_runs']} failed runs in all.",
+        "",
+        *_table(["suite", "runs", "failed runs", "median", "max", "load average (median / max)"], rows),
+    ]
+
+
 def _leaves(data: object, prefix: str = "") -> Iterator[tuple[str, object]]:
     if isinstance(data, dict):
         for key, value in data.items():
@@ -122,6 +135,7 @@ BENCHES: dict[str, Bench] = {
     "serve.json": Bench("Policy server", "python bench/serve.py", render_generic),
     "openenv.json": Bench("OpenEnv server", "python bench/openenv.py", render_generic),
     "swebench.json": Bench("SWE-bench images and overhead", "python bench/swebench.py", render_generic),
+    "faults.json": Bench("Fault suites under load", "python bench/faults.py", render_faults),
 }
 
 
