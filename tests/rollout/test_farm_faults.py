@@ -36,8 +36,9 @@ def config(episodes: int, concurrency: int, **kw: Any) -> FarmConfig:
 
 
 class KillingOracle(OraclePolicy):
-    """The oracle, but it SIGKILLs the episode's sandbox from outside before its first action, ``kills[seed]``
-    times for that seed."""
+    """The oracle, but it SIGKILLs the episode's sandbox (its bwrap process) from outside before its first
+    action, ``kills[seed]`` times for that seed. It acts once the sandbox's processes are gone: they die of
+    bwrap's death signal, which a loaded machine can deliver after the agent has answered one more call."""
 
     def __init__(self, kills: dict[int, int]) -> None:
         self.kills = dict(kills)
@@ -45,7 +46,12 @@ class KillingOracle(OraclePolicy):
     async def act(self, view: EpisodeView) -> Reply:
         if view.step == 0 and self.kills.get(view.seed, 0) > 0:
             self.kills[view.seed] -= 1
-            os.kill(view.env.sandbox._handle.pid, signal.SIGKILL)  # type: ignore[union-attr]
+            handle = view.env.sandbox._handle  # type: ignore[union-attr]
+            os.kill(handle.pid, signal.SIGKILL)
+            for _ in range(1000):
+                if not handle.cgroup.pids():
+                    break
+                await asyncio.sleep(0.01)
         return await super().act(view)
 
 
