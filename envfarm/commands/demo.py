@@ -1,108 +1,103 @@
-"""``envfarm demo``: the job `make demo` runs on embedded defaults.
+"""``envfarm demo``: the job `make demo` runs; the parts are library code (``envfarm/demo/``).
 
 1. The rollout farm plays each built-in tool-use env (ToolCalc, SqlQuery, FileOps, OrderDesk) with the
-   oracle policy, many episodes in flight in warm sandboxes, trajectories written to ``out/demo/<env>/``.
+   oracle policy, many episodes in flight in warm sandboxes.
 2. Hostile commands (a fork bomb, a memory hog, a runaway) are contained without harming the sandbox.
+3. The harness grades one row in the SWE-bench schema: the gold patch resolves, forged patches are caught
+   and the rule that caught each is named.
+4. One envfarm/CodeRepair-v0 episode, oracle policy, with its verdict.
+5. The trainer: SFT then a few GRPO updates of a tiny model on ToolCalc; the reward curve as a PNG.
+6. Where to look next.
 
-It ends with summary tables and exits non-zero if an episode failed, an oracle was not rewarded, or a
-sandbox was left behind.
+One table per part. A part that fails prints an error row and the rest still run; the exit code is 1 when
+any part failed or did not show what it should.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from envfarm.errors import FarmError
-from envfarm.rollout import Farm, FarmConfig, OraclePolicy, Summary
-from envfarm.sandbox import Backend, Limits, get_backend
+from envfarm.demo import PARTS, DemoConfig, DemoResult, PartResult, next_steps, run_demo
 from envfarm.sandbox.values import DEFAULT_BACKEND
 
 console = Console()
-ENVS = ("envfarm/ToolCalc-v0", "envfarm/SqlQuery-v0", "envfarm/FileOps-v0", "envfarm/OrderDesk-v0")
-HOSTILE = {
-    "fork bomb": (":(){ :|:& };:", Limits(pids=64, timeout_s=5)),
-    "memory hog": ("python3 -c 'b = bytearray(1 << 30)'", Limits(memory_mb=128)),
-    "runaway": ("sleep 600", Limits(timeout_s=1)),
-}
+D = DemoConfig()  # the defaults
+CHATTY = ("envfarm.trainer.rl", "envfarm.rollout.farm")
+"""Loggers whose warnings the demo's tables already say (an update without an optimizer step, a farm
+stopping with episodes in flight when the trainer has enough): quiet unless -v."""
 
 
-async def farm_env(env_id: str, backend: str, episodes: int, concurrency: int, out: Path,
-                   progress: Progress) -> Summary:
-    """Play ``episodes`` oracle episodes of ``env_id``; trajectories and summary go under ``out``."""
-    config = FarmConfig(env_id, episodes, concurrency=concurrency, backend=backend, step_slots=4)
-    run_dir = out / env_id.replace("/", "_")
-    farm = Farm(config, OraclePolicy(), run_dir=run_dir, summary_path=run_dir / "summary.json")
-    task = progress.add_task(env_id, total=episodes)
-    async for _ in farm.run():
-        progress.advance(task)
-    return farm.summary()
-
-
-async def contain(backend: Backend) -> dict[str, str]:
-    """Run each hostile command in its own sandbox; report what stopped it and whether it survived."""
-    out = {}
-    for name, (cmd, limits) in HOSTILE.items():
-        async with backend.open(limits=limits) as sb:
-            res = await sb.exec(cmd)
-            after = await sb.exec("echo alive")
-        how = "timeout" if res.timed_out else f"exit {res.exit_code}"
-        if "Resource temporarily unavailable" in res.stderr:
-            how += ", pids cap hit"
-        elif res.exit_code == -9 and not res.timed_out:
-            how += ", OOM-killed"
-        out[name] = f"{how}; sandbox {'alive' if after.stdout.strip() == 'alive' else 'DEAD'}"
+def table(part: PartResult) -> Table:
+    status = "" if part.ok else " [red](FAILED)[/red]"
+    out = Table(title=f"{escape(part.title)}{status}", title_justify="left", expand=False)
+    for col in part.columns:
+        out.add_column(col, overflow="fold")
+    for row in part.rows:
+        out.add_row(*(escape(cell) for cell in row), style="red" if part.error else None)
+    lines = [escape(n) for n in part.notes]
+    if part.seconds:
+        lines.append(f"{part.seconds:.1f} s")
+    out.caption = "\n".join(lines) or None
+    out.caption_justify = "left"
     return out
 
 
-async def run_demo(backend_name: str, episodes: int, concurrency: int, out: Path,
-                   progress: Progress) -> tuple[list[Summary], dict[str, str]]:
-    summaries = [await farm_env(env, backend_name, episodes, concurrency, out, progress) for env in ENVS]
-    backend = get_backend(backend_name)
-    await backend.check()
-    hostile = await contain(backend)
-    await backend.aclose()
-    leaked = await backend.gc()
-    if backend.live or leaked:
-        raise FarmError(f"{backend_name}: {backend.live + leaked} sandboxes were left behind")
-    return summaries, hostile
+def _run(config: DemoConfig) -> DemoResult:
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    tasks: dict[str, TaskID] = {}
+    if logging.getLogger().getEffectiveLevel() >= logging.WARNING:
+        for name in CHATTY:
+            logging.getLogger(name).setLevel(logging.ERROR)
+    with Progress(*columns, console=console, transient=True) as bar:
 
+        def progress(label: str, done: int, total: int) -> None:
+            key = label.split(":")[0]
+            if key not in tasks:
+                tasks[key] = bar.add_task(label, total=total)
+            bar.update(tasks[key], description=label, completed=done, total=total)
 
-def render(summaries: list[Summary], hostile: dict[str, str], backend: str) -> tuple[Table, Table]:
-    farm = Table(title=f"rollout farm, oracle policy, {backend} sandboxes")
-    for col in ("env", "episodes", "failed", "infra errors", "mean reward", "steps/s", "max in flight"):
-        farm.add_column(col)
-    for s in summaries:
-        reward = "-" if s.mean_reward is None else f"{s.mean_reward:.3f}"
-        farm.add_row(s.env_id.removeprefix("envfarm/"), str(s.episodes_completed), str(s.episodes_failed),
-                     str(s.infra_errors), reward, f"{s.steps_per_s:.0f}", str(s.max_concurrent))
-    box = Table(title="hostile commands")
-    box.add_column("attack")
-    box.add_column("outcome")
-    for name, outcome in hostile.items():
-        box.add_row(name, outcome)
-    return farm, box
+        return asyncio.run(run_demo(config, progress))
 
 
 def demo(
-    backend: Annotated[str, typer.Option(help="Sandbox backend: bwrap or docker.")] = DEFAULT_BACKEND,
-    episodes: Annotated[int, typer.Option(min=1, help="Episodes per env.")] = 100,
-    concurrency: Annotated[int, typer.Option(min=1, help="Episodes in flight at once.")] = 32,
-    out: Annotated[Path, typer.Option(help="Run folders (trajectories, summaries).")] = Path("out/demo"),
+    backend: Annotated[str, typer.Option(help="Sandbox backend of the farm, containment and training: "
+                                              "bwrap or docker.")] = DEFAULT_BACKEND,
+    episodes: Annotated[int, typer.Option(min=1, help="Oracle episodes per tool-use env.")] = D.episodes,
+    concurrency: Annotated[int, typer.Option(min=1, help="Episodes in flight at once.")] = D.concurrency,
+    out: Annotated[Path, typer.Option(help="Parent of the run folder (each run writes <out>/<UTC time>/).")
+                   ] = D.out,
+    part: Annotated[list[str] | None, typer.Option(
+        "--part", help=f"Run only these parts (repeat): {', '.join(PARTS)}. Default: all.")] = None,
+    instances: Annotated[Path | None, typer.Option(
+        help="A SWE-bench file (JSON, JSONL, parquet) for the harness and CodeRepair parts, instead of the "
+             "bundled rows; needs --repo-source.")] = None,
+    instance_id: Annotated[str | None, typer.Option(
+        help="The row to grade (default: a bundled row, or the first of --instances).")] = None,
+    repo_source: Annotated[str | None, typer.Option(
+        help="Folder of owner__name git mirrors, or a git URL prefix, for --instances rows.")] = None,
+    rl_updates: Annotated[int, typer.Option(min=1, help="GRPO updates of the training part.")] = D.rl_updates,
+    sft_steps: Annotated[int, typer.Option(min=0, help="SFT steps before them.")] = D.sft_steps,
 ) -> None:
-    """Farm oracle episodes of every built-in env and contain hostile commands; print a summary."""
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console) as progress:
-        summaries, hostile = asyncio.run(run_demo(backend, episodes, concurrency, out, progress))
-    for table in render(summaries, hostile, backend):
-        console.print(table)
-    console.print(f"trajectories and summaries: {out}/")
-    bad = [s.env_id for s in summaries if s.episodes_failed or (s.mean_reward or 0) < 1.0]
-    if bad or "DEAD" in "".join(hostile.values()):
+    """The whole mission in a few minutes: farm, containment, harness verdicts, a CodeRepair episode, a few
+    RL updates with their reward curve, and where to look next."""
+    config = DemoConfig(out=out, backend=backend, episodes=episodes, concurrency=concurrency,
+                        parts=tuple(part or PARTS), instance_id=instance_id, instances=instances,
+                        repo_source=repo_source, rl_updates=rl_updates, sft_steps=sft_steps)
+    result = _run(config)
+    for item in (*result.parts, next_steps(result)):
+        console.print(table(item))
+        console.print()
+    failed = [p.key for p in result.parts if not p.ok]
+    if failed:
+        console.print(f"[red]parts that did not show what they should: {', '.join(failed)}[/red]")
         raise typer.Exit(1)
+    console.print(f"[green]all {len(result.parts)} parts ok in {result.seconds:.0f} s[/green]")
