@@ -101,7 +101,12 @@ def wheelhouse(spec: LayerSpec, progress: ProgressFn | None = None) -> Path:
         if _has_requirements(req):
             _download(req, tmp, spec, progress)
         tmp.chmod(0o755)
-        tmp.rename(dest)  # atomic: a wheelhouse folder exists only when complete
+        try:
+            tmp.rename(dest)  # atomic: a wheelhouse folder exists only when complete
+        except OSError:
+            if not dest.is_dir():
+                raise
+            log.info("wheelhouse %s was completed by another build meanwhile; using it", dest)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
