@@ -87,7 +87,7 @@ def test_installed_wheel_builds_images_and_farms(venv: Path, tmp_path: Path) -> 
     _run([cli, "images", "build"], cwd=tmp_path, timeout=600)
     out = tmp_path / "trajectories.jsonl"
     farm = ["farm", "run", "--env", "envfarm/ToolCalc-v0", "--episodes", "20", "--policy", "oracle"]
-    _run([cli, *farm, "--backend", "bwrap", "--quiet", "--run-dir", str(tmp_path / "run"), "--out", str(out)],
-         cwd=tmp_path)
+    _run([cli, *farm, "--backend", "bwrap", "--quiet", "--run-dir", str(tmp_path / "run"), "--trajectories",
+          str(out)], cwd=tmp_path)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 20 and all(row["reward"] == 1.0 for row in rows), rows[:2]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from envfarm.commands.harness import app
+from envfarm.cli import app
 from envfarm.harness import SpecCatalog, load_instances
 from envfarm.harness.env_builds import plan_envs
 from envfarm.sandbox import dockerutil
@@ -60,8 +60,8 @@ def test_a_python_no_suite_ships_is_reported_not_skipped(lite_parquet: Path) -> 
 @pytest.mark.docker
 def test_build_reports_each_env_once_and_goes_on_after_a_failure(tmp_path: Path) -> None:
     rows = _rows(tmp_path)
-    args = ["images", "build", "--instances", str(rows), "--specs", str(tmp_path / "specs")]
-    result = CliRunner().invoke(app, [*args, "--json", str(tmp_path / "out.json")], env={"COLUMNS": "200"})
+    args = ["images", "build", "--harness", "--instances", str(rows), "--specs", str(tmp_path / "specs")]
+    result = CliRunner().invoke(app, [*args, "--report", str(tmp_path / "out.json")], env={"COLUMNS": "200"})
     assert result.exit_code == 1, result.output  # the broken spec failed; the toy env still built
     out = json.loads((tmp_path / "out.json").read_text())
     builds = {b["repo"]: b for b in out["builds"]}
@@ -71,7 +71,7 @@ def test_build_reports_each_env_once_and_goes_on_after_a_failure(tmp_path: Path)
     assert [(u["repo"], u["reason"]) for u in out["unplanned"]] == [("o/unknown", "no-spec")]
     assert "2 env images: " in result.output and "1 failed; 1 repo/versions not buildable" in result.output
 
-    again = CliRunner().invoke(app, [*args, "--instance-ids", "envfarm-tests__calc-1", "--json",
+    again = CliRunner().invoke(app, [*args, "--instance-ids", "envfarm-tests__calc-1", "--report",
                                      str(tmp_path / "again.json")])  # fmt: skip
     assert again.exit_code == 0, again.output
     (found,) = json.loads((tmp_path / "again.json").read_text())["builds"]

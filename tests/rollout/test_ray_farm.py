@@ -183,8 +183,8 @@ async def test_cli_farm_run_interrupted_then_resumed_and_eval(cluster: Any, tmp_
     run, out, summary = tmp_path / "run", tmp_path / "out.jsonl", tmp_path / "summary.json"
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "envfarm.cli", "farm", "run", *ENV, "--ray", cluster.address, "--episodes",
-        "40", "--concurrency", "6", "--out", str(out), "--run-dir", str(run), "--summary", str(summary),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        "40", "--concurrency", "6", "--trajectories", str(out), "--run-dir", str(run), "--summary",
+        str(summary), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     for _ in range(6000):  # up to 60 s for the driver to join and the workers to start
         if len(read_jsonl(out)) >= 8 or proc.returncode is not None:
             break
@@ -202,7 +202,7 @@ async def test_cli_farm_run_interrupted_then_resumed_and_eval(cluster: Any, tmp_
     s = json.loads(summary.read_text())
     assert (s["episodes_completed"], s["nodes_used"]) == (40, 2) and "node 127.0.0.1/" in text
     folder = tmp_path / "eval"
-    code, text = await asyncio.to_thread(envfarm, "eval", *ENV, "--ray", cluster.address, "--episodes", "6",
+    code, text = await asyncio.to_thread(envfarm, "eval", *ENV, "--ray", cluster.address, "--tasks", "6",
                                          "--attempts", "2", "--concurrency", "4", "--run-dir", str(folder))
     assert code == 0, text
     report = json.loads((folder / "eval.json").read_text())

@@ -67,7 +67,7 @@ def test_hf_model_sft_eval_rl_eval_serve(tmp_path: Path) -> None:
     assert any(not torch.equal(a, b) for a, b in zip(before, policy.module.parameters(), strict=True))
 
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "envfarm.cli", "serve", "--checkpoint",
+    server = subprocess.Popen([sys.executable, "-m", "envfarm.cli", "policy", "serve", "--checkpoint",
                                str(out / "checkpoints" / "sft_more" / "policy"), "--port", str(port)],
                               env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:

@@ -292,8 +292,8 @@ def test_cli_serve_drives_farm_run(tmp_path: Path) -> None:
         port = s.getsockname()[1]
     cli = [sys.executable, "-c", "from envfarm.cli import main; main()"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    server = subprocess.Popen([*cli, "serve", "--preset", "tiny-cpu", "--port", str(port), "--threads", "1"],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    serve = [*cli, "policy", "serve", "--preset", "tiny-cpu", "--port", str(port), "--threads", "1"]
+    server = subprocess.Popen(serve, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         for _ in range(300):
             try:
@@ -306,8 +306,9 @@ def test_cli_serve_drives_farm_run(tmp_path: Path) -> None:
         out = tmp_path / "out.jsonl"
         run = subprocess.run([*cli, "farm", "run", "--env", "envfarm/ToolCalc-v0", "--episodes", "2",
                               "--policy", f"openai:http://127.0.0.1:{port}/v1", "--backend", "local",
-                              "--max-tokens", "16", "--out", str(out), "--run-dir", str(tmp_path / "run"),
-                              "--quiet"], env=env, capture_output=True, text=True, timeout=240)
+                              "--max-tokens", "16", "--trajectories", str(out), "--run-dir",
+                              str(tmp_path / "run"), "--quiet"],
+                             env=env, capture_output=True, text=True, timeout=240)
         assert run.returncode == 0, run.stderr[-2000:]
         trajs = [json.loads(line) for line in out.read_text().splitlines()]
         assert len(trajs) == 2 and all(t["status"] == "completed" for t in trajs)

@@ -93,7 +93,7 @@ def test_engine_vllm_needs_a_hugging_face_checkpoint() -> None:
         TrainConfig(engine="vllm")
     with pytest.raises(ConfigError, match="engine must be"):
         TrainConfig(engine="sglang", checkpoint="x")  # type: ignore[arg-type]
-    result = CliRunner().invoke(app, ["serve", "--engine", "vllm"])
+    result = CliRunner().invoke(app, ["policy", "serve", "--engine", "vllm"])
     assert result.exit_code == 2 and "--checkpoint HF_DIR" in result.output
 
 
@@ -127,8 +127,8 @@ def served(models: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) 
     """``envfarm policy serve --engine vllm`` on W1 (a subprocess, the CLI path), until the module ends."""
     port = free_port()
     engine_dir = tmp_path_factory.mktemp("engine")
-    cmd = [sys.executable, "-m", "envfarm.cli", "serve", "--engine", "vllm", "--checkpoint", str(models[1]),
-           "--port", str(port), "--engine-dir", str(engine_dir), "--threads", "1"]
+    cmd = [sys.executable, "-m", "envfarm.cli", "policy", "serve", "--engine", "vllm", "--checkpoint",
+           str(models[1]), "--port", str(port), "--engine-dir", str(engine_dir), "--threads", "1"]
     proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:

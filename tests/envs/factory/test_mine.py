@@ -25,9 +25,9 @@ TESTS = {
 
 
 def mine(out: Path, index: Path, *extra: str) -> tuple[int, str]:
-    res = CliRunner().invoke(app, ["tasks", "mine", "--package", SPEC, "--out", str(out), "--find-links",
-                                   str(index), "--max-tasks", "4", "--max-mutants", "40", "--seed", "3",
-                                   "--report", str(out.with_suffix(".report.json")), *extra])
+    res = CliRunner().invoke(app, ["tasks", "mine", "--package", SPEC, "--instances", str(out),
+                                   "--find-links", str(index), "--max-tasks", "4", "--max-mutants", "40",
+                                   "--seed", "3", "--report", str(out.with_suffix(".report.json")), *extra])
     return res.exit_code, res.output
 
 
@@ -90,8 +90,8 @@ def test_harness_cli_resolves_gold_on_rebuilt_repos(mined: tuple[Path, Path]) ->
     root, out = mined
     runner = CliRunner()
     rebuilt = root / "rebuilt"
-    res = runner.invoke(app, ["tasks", "repos", "--tasks", str(out), "--out", str(rebuilt), "--find-links",
-                              str(root / "index")])
+    res = runner.invoke(app, ["tasks", "repos", "--instances", str(out), "--out", str(rebuilt),
+                              "--find-links", str(root / "index")])
     assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["harness", "run", "--instances", str(out), "--predictions", "gold", "--run-id",
                               "gold", "--repo-source", str(rebuilt / "repos"), "--specs",
@@ -129,7 +129,7 @@ def test_bad_input_is_one_error_line_exit_2(mined: tuple[Path, Path], args: list
     pyproject = FILES["pyproject.toml"].replace(NAME, "envfarm-notests").replace(VERSION, "1.0")
     write_sdist(root / "index", {"pyproject.toml": pyproject.replace("tinycalc", "notests"),
                                  "notests/__init__.py": "x = 1\n"}, "envfarm-notests", "1.0")
-    res = CliRunner().invoke(app, ["tasks", "mine", *args, "--out", str(root / "bad" / "t.jsonl"),
+    res = CliRunner().invoke(app, ["tasks", "mine", *args, "--instances", str(root / "bad" / "t.jsonl"),
                                    "--find-links", str(root / "index")])
     assert res.exit_code == 2, res.output
     assert "error:" in res.output and "Traceback" not in res.output
@@ -148,7 +148,7 @@ def test_a_hanging_suite_is_named_as_such(mined: tuple[Path, Path], monkeypatch:
     write_sdist(root / "index", {"pyproject.toml": pyproject.replace("tinycalc", "hangs"),
                                  "hangs/__init__.py": "x = 1\n", "tests/test_hangs.py": tests},
                 "envfarm-hangs", "1.0")
-    res = CliRunner().invoke(app, ["tasks", "mine", "--package", "envfarm-hangs==1.0", "--out",
+    res = CliRunner().invoke(app, ["tasks", "mine", "--package", "envfarm-hangs==1.0", "--instances",
                                    str(root / "hangs" / "t.jsonl"), "--find-links", str(root / "index")])
     text = " ".join(res.output.split())
     assert res.exit_code == 2 and "Traceback" not in text, res.output
