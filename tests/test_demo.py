@@ -75,6 +75,8 @@ def test_the_bundled_row_gets_one_forgery_per_kind() -> None:
 def test_training_config_and_its_table() -> None:
     config = train_config(DemoConfig(rl_updates=2, sft_steps=10, train_seconds=30))
     assert (config.rl_updates, config.sft_steps, config.minutes, config.sft_more) == (2, 10, 0.5, False)
+    warm = train_config(DemoConfig(train_checkpoint=Path("runs/train/checkpoints/sft/policy")))
+    assert (warm.checkpoint, warm.sft_steps) == ("runs/train/checkpoints/sft/policy", 0)
     records = [
         {"kind": "update", "phase": "sft", "step": 1, "loss": 5.5},
         {"kind": "update", "phase": "sft", "step": 10, "loss": 0.3},

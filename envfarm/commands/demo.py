@@ -86,12 +86,16 @@ def demo(
         help="Folder of owner__name git mirrors, or a git URL prefix, for --instances rows.")] = None,
     rl_updates: Annotated[int, typer.Option(min=1, help="GRPO updates of the training part.")] = D.rl_updates,
     sft_steps: Annotated[int, typer.Option(min=0, help="SFT steps before them.")] = D.sft_steps,
+    train_checkpoint: Annotated[Path | None, typer.Option(
+        help="Policy folder to start the training part's RL from, instead of the short SFT (e.g. "
+             "runs/train/checkpoints/sft/policy of a full `envfarm train` run).")] = None,
 ) -> None:
     """The whole mission in a few minutes: farm, containment, harness verdicts, a CodeRepair episode, a few
     RL updates with their reward curve, and where to look next."""
     config = DemoConfig(out=out, backend=backend, episodes=episodes, concurrency=concurrency,
                         parts=tuple(part or PARTS), instance_id=instance_id, instances=instances,
-                        repo_source=repo_source, rl_updates=rl_updates, sft_steps=sft_steps)
+                        repo_source=repo_source, rl_updates=rl_updates, sft_steps=sft_steps,
+                        train_checkpoint=train_checkpoint)
     result = _run(config)
     for item in (*result.parts, next_steps(result)):
         console.print(table(item))

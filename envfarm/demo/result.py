@@ -67,6 +67,9 @@ class DemoConfig:
     """GRPO updates of the training part."""
     sft_steps: int = 60
     """SFT steps before RL (the loss falls from ~5 to ~0.3: the call format, not yet the numbers)."""
+    train_checkpoint: Path | None = None
+    """A policy folder to start RL from instead of the short SFT (``checkpoints/sft/policy`` of a full
+    ``envfarm train`` run): then the rewards differ within groups and the updates take optimizer steps."""
     train_seconds: float = 30.0
     """Wall-clock budget of the RL phase (it stops early at this, with the updates done so far)."""
     threads: int | None = None

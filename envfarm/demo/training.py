@@ -27,16 +27,18 @@ FULL_RUN = "envfarm train --env envfarm/ToolCalc-v0 --out runs/train"
 
 
 def train_config(config: DemoConfig) -> TrainConfig:
-    """The toy-scale run: few demonstrations, ``config.sft_steps`` SFT steps (no held-out checks), GRPO
-    with 4 tasks x 8 attempts per update for ``config.rl_updates`` updates or ``config.train_seconds``, no
-    sft_more arm, 4 evaluation episodes per arm and mode (the machinery, not a measurement)."""
+    """The toy-scale run: few demonstrations, ``config.sft_steps`` SFT steps (no held-out checks; none
+    from ``config.train_checkpoint``), GRPO with 2 tasks x 4 attempts per update for ``config.rl_updates``
+    updates or ``config.train_seconds``, no sft_more arm, 4 evaluation episodes per arm and mode (the
+    machinery, not a measurement)."""
+    start = None if config.train_checkpoint is None else str(config.train_checkpoint)
+    sft_steps = 0 if start else config.sft_steps
     return TrainConfig(
-        env_id="envfarm/ToolCalc-v0", backend=config.backend, threads=config.threads,
-        sft_demos=32, sft_steps=config.sft_steps, sft_target=0.0, sft_held_out=4,
-        sft_check_every=max(config.sft_steps, 1), rl_updates=config.rl_updates,
-        minutes=config.train_seconds / 60, group_size=8, prompts_per_update=4, concurrency=32,
-        sft_more=False, eval_episodes=4, eval_split="validation", temperature=1.0,
-        max_staleness=config.rl_updates)
+        env_id="envfarm/ToolCalc-v0", backend=config.backend, threads=config.threads, checkpoint=start,
+        sft_demos=32, sft_steps=sft_steps, sft_target=0.0, sft_held_out=4,
+        sft_check_every=max(sft_steps, 1), rl_updates=config.rl_updates,
+        minutes=config.train_seconds / 60, group_size=4, prompts_per_update=2, concurrency=16,
+        sft_more=False, eval_episodes=4, eval_split="validation", max_staleness=config.rl_updates)
 
 
 def metric_rows(records: list[dict[str, Any]]) -> list[tuple[str, ...]]:
@@ -80,15 +82,20 @@ async def training_part(config: DemoConfig, out: Path, progress: Progress) -> Pa
     png = folder / "reward_curve.png"
     updates = [r for r in records if r.get("kind") == "update" and r.get("phase") == "rl"]
     stepped = sum(1 for r in updates if not r.get("skipped"))
-    notes = (f"reward curve: {png} (left: each update's mean reward and the evaluations; right: SFT loss)",
+    notes = [f"reward curve: {png} (left: each update's mean reward and the evaluations; right: SFT loss)",
              f"{len(updates)} GRPO updates in {result.phase_s.get('rl', 0.0):.0f} s, {stepped} with an "
-             f"optimizer step; files: {folder}/ (metrics.jsonl, summary.json, checkpoints/)",
-             "toy scale: a few hundred SFT steps leave the 0.84M model miscopying numbers, so RL sees mostly "
-             "reward 0 and learns little here; the full run is "
-             f"`{FULL_RUN}` (~25 min on 2 cores; SFT to its target, then RL above equal-compute SFT)")
-    return PartResult("training", "5. training: SFT warm start, then GRPO on ToolCalc (tiny-cpu model)",
+             f"optimizer step; files: {folder}/ (metrics.jsonl, summary.json, checkpoints/)"]
+    if tc.checkpoint is None:
+        notes.append(f"toy scale: {tc.sft_steps} SFT steps teach the 0.84M model the call format, not yet to "
+                     "copy the numbers, so its rewards are 0 and GRPO has no advantage to learn from (no "
+                     f"optimizer step); the full run is `{FULL_RUN}` (~25 min on 2 cores: SFT to its target, "
+                     "then RL above equal-compute SFT); `envfarm demo --train-checkpoint "
+                     "runs/train/checkpoints/sft/policy` starts this part's RL from its SFT")
+    title = ("5. training: a short SFT warm start, then GRPO on ToolCalc (tiny-cpu model)" if tc.checkpoint
+             is None else f"5. training: GRPO on ToolCalc from {tc.checkpoint}")
+    return PartResult("training", title,
                       COLUMNS, tuple(metric_rows(records)), bool(updates) and png.is_file(),
-                      time.monotonic() - start, notes)
+                      time.monotonic() - start, tuple(notes))
 
 
 __all__ = ["FULL_RUN", "metric_rows", "train_config", "training_part"]
