@@ -113,11 +113,11 @@ def test_harness_and_code_repair_parts_on_the_bundled_row(tmp_path: Path) -> Non
     assert harness.error is None and repair.error is None, (harness.error, repair.error)
     rows = {r[0]: r for r in harness.rows}
     assert rows["gold"][3] == "resolved"
-    expected = {"pytest-conftest": "conftest", "pytest-gut-test-files": "test-files",
-                "pytest-rewrite-testreport": "canary", "pytest-toml-addopts-plugin": "pytest-config"}
+    expected = {"conftest": "conftest", "gut-test-files": "test-files", "rewrite-testreport": "canary",
+                "toml-addopts-plugin": "pytest-config"}
     for name, rule in expected.items():
         assert rows[name][3] == "unresolved" and rule in rows[name][4], rows[name]
-    assert rows["pytest-conftest"][2] == "resolved"  # swebench alone is fooled by it (its issue 631)
+    assert rows["conftest"][2] == "resolved"  # swebench alone is fooled by it (its issue 631)
     assert harness.ok and repair.ok, repair.rows
     assert [r[1].split("(")[0] for r in repair.rows] == ["create", "bash", "submit"]
     assert (result.folder / "coderepair" / "spool.jsonl").is_file()

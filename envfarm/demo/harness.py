@@ -42,7 +42,7 @@ RUNNERS = {"sympy/sympy": "sympy", "django/django": "django"}
 """Test runners of the forgery suite other than pytest, by repository."""
 RUN_ID = "demo"
 SWEBENCH_RUN_ID = "demo-swebench-grading"
-COLUMNS = ("patch", "what it does", "SWE-bench grading", "envfarm verdict", "caught by")
+COLUMNS = ("patch", "what it does", "swebench alone", "envfarm", "caught by")
 
 
 @dataclass(frozen=True)
@@ -141,11 +141,12 @@ async def harness_part(config: DemoConfig, out: Path, progress: Progress) -> Par
 
     graded = await asyncio.gather(*(both(e.name) for e in chosen))
     rows = [("gold", "the row's own fix", "-", verdict(gold), caught_by(gold))]
-    rows += [(e.name, FORGERIES.get(e.name, e.description), verdict(plain), verdict(ours), caught_by(ours))
-             for e, (plain, ours) in zip(chosen, graded, strict=True)]
+    rows += [(e.name.removeprefix("pytest-"), FORGERIES.get(e.name, e.description), verdict(plain),
+              verdict(ours), caught_by(ours)) for e, (plain, ours) in zip(chosen, graded, strict=True)]
     ok = gold.resolved and not any(ours.resolved for _, ours in graded)
-    return PartResult("harness", f"3. harness verdicts on {inst.instance_id}", COLUMNS, tuple(rows), ok,
-                      time.monotonic() - start, _notes(row, out))
+    kind = "a bundled row in the SWE-bench schema" if row.bundled else "a SWE-bench row"
+    return PartResult("harness", f"3. harness verdicts on {inst.instance_id} ({kind})", COLUMNS, tuple(rows),
+                      ok, time.monotonic() - start, _notes(row, out))
 
 
 def _notes(row: Row, out: Path) -> tuple[str, ...]:
@@ -156,10 +157,10 @@ def _notes(row: Row, out: Path) -> tuple[str, ...]:
              "grades a genuine row the same way" if row.bundled else
              f"a SWE-bench row, repository from {row.repo_source}")
     return (where,
-            "SWE-bench grading: swebench 5.0.2's grading alone (no tamper rules, no canaries); a forgery "
-            "'resolved' there works",
+            "swebench alone: swebench 5.0.2's grading without envfarm's tamper rules and canaries (a "
+            "forgery 'resolved' there works); envfarm: the default grading",
             f"reports: {out}/{RUN_ID}/<patch>/<instance>/report.json (envfarm), {out}/{SWEBENCH_RUN_ID}/ "
-            "(SWE-bench grading)")
+            "(swebench alone)")
 
 
 __all__ = ["BUILTIN_ROW", "FORGERIES", "harness_part", "pick_row", "target"]
