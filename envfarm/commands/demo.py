@@ -31,9 +31,10 @@ from envfarm.sandbox.values import DEFAULT_BACKEND
 
 console = Console()
 D = DemoConfig()  # the defaults
-CHATTY = ("envfarm.trainer.rl", "envfarm.rollout.farm")
-"""Loggers whose warnings the demo's tables already say (an update without an optimizer step, a farm
-stopping with episodes in flight when the trainer has enough): quiet unless -v."""
+CHATTY = ("envfarm.trainer.rl", "envfarm.rollout.farm", "envfarm.rollout.episode")
+"""Loggers whose messages the demo's tables already say (an update without an optimizer step, a farm
+stopping with episodes in flight when the trainer has enough, an episode that failed, with its traceback):
+quiet unless -v."""
 
 
 def table(part: PartResult) -> Table:
@@ -56,7 +57,7 @@ def _run(config: DemoConfig) -> DemoResult:
     tasks: dict[str, TaskID] = {}
     if logging.getLogger().getEffectiveLevel() >= logging.WARNING:
         for name in CHATTY:
-            logging.getLogger(name).setLevel(logging.ERROR)
+            logging.getLogger(name).setLevel(logging.CRITICAL)
     with Progress(*columns, console=console, transient=True) as bar:
 
         def progress(label: str, done: int, total: int) -> None:

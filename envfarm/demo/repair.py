@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from envfarm.envs.meta import CodeRepairMeta
+from envfarm.errors import FarmError
 from envfarm.rollout import Farm, FarmConfig, OraclePolicy, Trajectory
 from envfarm.sandbox.values import IMAGE_BACKEND
 
@@ -53,12 +54,13 @@ async def repair_part(config: DemoConfig, out: Path, progress: Progress) -> Part
     episodes = [t async for t in farm.run()]
     progress("code repair", 1, 1)
     if not episodes:
-        raise RuntimeError(f"{ENV_ID}: the farm finished without an episode (see {run_dir})")
+        raise FarmError(f"{ENV_ID}: the farm finished without an episode (see {run_dir})")
     traj = episodes[0]
+    if not traj.ok:
+        raise FarmError(f"the {ENV_ID} episode ended {traj.status}: {traj.infra_error or traj.error} "
+                        f"(trajectory: {run_dir}/spool.jsonl)")
     meta = CodeRepairMeta.from_json(traj.meta)
     verdict = "resolved" if meta.resolved else f"not resolved ({meta.status or traj.status})"
-    if traj.infra_error or traj.error:
-        verdict = f"{traj.status}: {traj.infra_error or traj.error}"
     notes = (f"task {traj.task_id}; verdict: {verdict}; reward {traj.reward:g}; graded in "
              f"{(meta.grade_s or 0.0):.1f} s by a fresh harness run (tamper rules, canaries)",
              f"trajectory: {run_dir}/spool.jsonl (messages, tool calls, timings); "
