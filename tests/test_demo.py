@@ -122,3 +122,20 @@ def test_harness_and_code_repair_parts_on_the_bundled_row(tmp_path: Path) -> Non
     assert [r[1].split("(")[0] for r in repair.rows] == ["create", "bash", "submit"]
     assert (result.folder / "coderepair" / "spool.jsonl").is_file()
     assert (result.folder / "harness" / "demo" / "gold" / BUILTIN_ROW / "report.json").is_file()
+
+
+@pytest.mark.bwrap
+@pytest.mark.slow
+def test_the_demo_command_farm_containment_and_training_at_small_scale(tmp_path: Path) -> None:
+    """The other parts through the CLI, scaled down (the harness and CodeRepair parts are tested above): a
+    table per part, the reward curve PNG, exit code 0."""
+    parts = ["--part", "farm", "--part", "containment", "--part", "training"]
+    res = CliRunner().invoke(app, ["demo", "--out", str(tmp_path), "--episodes", "8", "--concurrency", "8",
+                                   "--sft-steps", "5", "--rl-updates", "1", *parts])
+    assert res.exit_code == 0, res.output
+    for title in ("1. rollout farm", "2. hostile commands", "5. training", "6. where to look next",
+                  "all 3 parts ok", "envfarm dashboard --run"):
+        assert title in res.output, title
+    (folder,) = tmp_path.iterdir()
+    assert (folder / "train" / "reward_curve.png").stat().st_size > 0
+    assert (folder / "farm-ToolCalc-v0" / "spool.jsonl").is_file() and folder.name in res.output
