@@ -149,6 +149,8 @@ class Farm:
         self._inflight: dict[int, Episode] = {}
         self._interrupted: list[Trajectory] = []
         self._workers: list[asyncio.Task[None]] = []
+        self._recording: set[asyncio.Task[None]] = set()
+        """Trajectories on their way to the spool and the caller (see _record)."""
         self._producer: asyncio.Task[None] | None = None
         self._setting_up = False
         self._gate = asyncio.Lock()
@@ -300,6 +302,8 @@ class Farm:
                 self._workers = [tg.create_task(self._worker(out), name=f"episode slot {i}")
                                  for i in range(n)]
         finally:
+            if self._recording:
+                await asyncio.wait(set(self._recording))
             draining.set()
             await self._record_interrupted()
             await finish_feeding(feeders, self.config.flush_timeout_s)
@@ -335,9 +339,17 @@ class Farm:
                 await asyncio.shield(env.aclose())
 
     async def _record(self, traj: Trajectory, out: asyncio.Queue[Trajectory | None]) -> None:
+        """Count ``traj``, spool it, hand it to run()'s caller; all of it even if a stop cancels us here
+        (``_work`` waits for every record before the sinks drain and the caller's iteration ends)."""
         self.tally.add(traj)
+        task = asyncio.ensure_future(self._store(traj, out))
+        self._recording.add(task)
+        task.add_done_callback(self._recording.discard)
+        await asyncio.shield(task)
+
+    async def _store(self, traj: Trajectory, out: asyncio.Queue[Trajectory | None]) -> None:
         if self._spool is not None:
-            await self._spool.append(traj.to_json())  # shielded: written even if we are cancelled here
+            await self._spool.append(traj.to_json())
         await out.put(traj)
 
     async def _record_interrupted(self) -> None:

@@ -43,8 +43,9 @@ def completed_ids(run: Path) -> set[str]:
     return {x["episode_id"] for x in read_jsonl(run / "spool.jsonl")}
 
 
-def assert_delivered(farm: Farm, run: Path, out: Path) -> None:
-    """The healthy file sink holds exactly the run's finished episodes, each once."""
+def assert_delivered(farm: Farm, run: Path, out: Path, got: list[Trajectory]) -> None:
+    """The healthy file sink and run()'s caller (``got``) hold exactly the finished episodes, each once."""
+    assert sorted(t.episode_id for t in got) == sorted(completed_ids(run))
     s = farm.summary()
     ids = [x["episode_id"] for x in read_jsonl(out)]
     assert len(ids) == len(set(ids)) == s.episodes_completed + s.episodes_failed, s.sinks
@@ -56,32 +57,33 @@ async def test_policy_outage(stub: StubServer, tmp_path: Path) -> None:
     run, out = tmp_path / "run", tmp_path / "out.jsonl"
     policy = OpenAIPolicy(stub.url, max_retries=1, backoff_s=0.01, backoff_max_s=0.02, timeout_s=2)
     farm = Farm(config(40, 6), policy, run_dir=run, sinks=[FileSink(out)])
-    n = 0
+    got: list[Trajectory] = []
     with pytest.raises(PolicyUnavailable):
-        async for _ in farm.run():
-            n += 1
-            if n == 3:
+        async for t in farm.run():
+            got.append(t)
+            if len(got) == 3:
                 await stub.stop()
     assert farm.summary().episodes_completed >= 3
-    assert_delivered(farm, run, out)
+    assert_delivered(farm, run, out, got)
     assert farm.summary().undelivered is None
 
 
 @pytest.mark.parametrize("cancel", [False, True], ids=["drain", "cancel"])
 async def test_stop(cancel: bool, stub: StubServer, tmp_path: Path) -> None:
-    """stop() is what Ctrl-C / SIGTERM call in the CLI (a second press cancels the episodes in flight)."""
-    stub.delay_s = 0.05
+    """stop() is what Ctrl-C / SIGTERM call in the CLI (a second press cancels the episodes in flight). A
+    slow model (0.5 s a call, beside the 0.3 s commits) keeps episodes in flight when the stop comes."""
+    stub.delay_s = 0.5
     run, out = tmp_path / "run", tmp_path / "out.jsonl"
     farm = Farm(config(40, 6), OpenAIPolicy(stub.url, timeout_s=5), run_dir=run, sinks=[FileSink(out)])
-    n = 0
-    async for _ in farm.run():
-        n += 1
-        if n == 3:
+    got: list[Trajectory] = []
+    async for t in farm.run():
+        got.append(t)
+        if len(got) == 3:
             farm.stop(cancel=cancel)
     s = farm.summary()
     assert s.stopped == "interrupted" and 3 <= s.episodes_completed < 40
     assert (s.episodes_interrupted > 0) == cancel
-    assert_delivered(farm, run, out)
+    assert_delivered(farm, run, out, got)
 
 
 async def test_learner_outage_keeps_its_share_in_the_spool(tmp_path: Path) -> None:
@@ -92,13 +94,13 @@ async def test_learner_outage_keeps_its_share_in_the_spool(tmp_path: Path) -> No
     learner = HTTPSink(f"http://127.0.0.1:{port}", max_backlog=4, backoff_s=0.05, backoff_max_s=0.2)
     farm = Farm(config(60, 4, learner_timeout_s=1.0, flush_timeout_s=2.0), OraclePolicy(), run_dir=run,
                 sinks=[learner, FileSink(out)])
-    n = 0
+    got: list[Trajectory] = []
     with pytest.raises(LearnerUnavailable) as caught:
-        async for _ in farm.run():
-            n += 1
-            if n == 3:
+        async for t in farm.run():
+            got.append(t)
+            if len(got) == 3:
                 await receiver.aclose()  # down for good: the run stops once the backlog waits too long
-    assert_delivered(farm, run, out)
+    assert_delivered(farm, run, out, got)
     s = farm.summary()
     waiting = s.sinks["learner"]["backlog"]
     assert waiting > 0 and s.sinks["learner"]["delivered"] + waiting == s.episodes_completed
@@ -137,10 +139,12 @@ async def test_an_exception_in_a_sink_stops_the_run_and_the_others_drain(tmp_pat
     run, out = tmp_path / "run", tmp_path / "out.jsonl"
     buggy = BuggySink()
     farm = Farm(config(60, 4), OraclePolicy(), run_dir=run, sinks=[buggy, FileSink(out)])
+    got: list[Trajectory] = []
     with pytest.raises(SinkFailed, match=r"sink buggy failed: KeyError: 'a bug in the sink'") as caught:
-        async for _ in farm.run():
+        async for t in farm.run():
+            got.append(t)
             await asyncio.sleep(0.05)  # one trajectory per batch of the buggy sink
-    assert_delivered(farm, run, out)
+    assert_delivered(farm, run, out, got)
     s = farm.summary()
     assert s.undelivered is not None and s.undelivered.sinks["buggy"] == s.sinks["buggy"]["backlog"] > 0
     assert "envfarm farm deliver" in str(caught.value)
