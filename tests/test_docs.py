@@ -10,8 +10,6 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -25,7 +23,6 @@ def _docs_results() -> ModuleType:
 
 
 def test_mkdocs_build_strict(tmp_path: Path) -> None:
-    pytest.importorskip("mkdocs", reason="the dev extra installs mkdocs (make setup)")
     proc = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
         cwd=ROOT,
