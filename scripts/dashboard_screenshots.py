@@ -2,7 +2,7 @@
 
 Runs a real farm (the oracle on ToolCalc, bwrap, slowed so the live view is caught mid-run); with a docker
 daemon also a real CodeRepair-v0 run and a real harness run over built-in code-repair rows (without one,
-tests/dashboard/dashboard_support.py writes both with the harness's grading and report code); writes a
+envfarm/testing/dashboard_runs.py writes both with the harness's grading and report code); writes a
 trainer folder in the agreed metrics.jsonl format (or copies a real one: ``--trainer DIR``); serves the
 dashboard on 127.0.0.1 and photographs each view in headless chromium. Writes docs/dashboard-<view>.png.
 """
@@ -13,17 +13,14 @@ import argparse
 import asyncio
 import json
 import shutil
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "dashboard"))
-
-from dashboard_browser import browser, console_errors, text_of, wait_for  # noqa: E402
-from dashboard_support import (  # noqa: E402
+from envfarm.dashboard.sources import discover
+from envfarm.testing.dashboard_browser import browser, console_errors, text_of, wait_for
+from envfarm.testing.dashboard_runs import (
     code_repair_run,
     farm_run,
     harness_run,
@@ -33,7 +30,7 @@ from dashboard_support import (  # noqa: E402
     write_trainer_run,
 )
 
-from envfarm.dashboard.sources import discover  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _shot(driver: object, url: str, css: str, out: Path, settle_s: float = 0.8,

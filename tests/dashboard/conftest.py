@@ -1,5 +1,6 @@
 """Fixtures of the dashboard tests: one folder holding a real farm run, a code-repair run, a trainer run and
-a harness report dir (dashboard_support.py writes them with the farm's, trainer's and harness's formats)."""
+a harness report dir (envfarm.testing.dashboard_runs writes them with the farm's, trainer's and
+harness's formats)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,13 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from dashboard_support import farm_run, write_code_repair_run, write_harness_run, write_trainer_run
+
+from envfarm.testing.dashboard_runs import (
+    farm_run,
+    write_code_repair_run,
+    write_harness_run,
+    write_trainer_run,
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

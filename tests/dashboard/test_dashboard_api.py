@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from dashboard_support import write_trainer_run
 from typer.testing import CliRunner
 
 from envfarm.cli import app
 from envfarm.dashboard.server import Dashboard
 from envfarm.dashboard.sources import discover
+from envfarm.testing.dashboard_runs import write_trainer_run
 
 
 @pytest.fixture

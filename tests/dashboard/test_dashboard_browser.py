@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dashboard_browser import available, browser, console_errors, text_of, wait_for
-from dashboard_support import code_repair_run, farm_run, harness_run, serve_in_thread
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from envfarm.dashboard.sources import discover
+from envfarm.testing.dashboard_browser import available, browser, console_errors, text_of, wait_for
+from envfarm.testing.dashboard_runs import code_repair_run, farm_run, harness_run, serve_in_thread
 
 pytestmark = pytest.mark.bwrap  # the live test runs a real farm on bwrap
 
@@ -202,7 +202,7 @@ def test_real_code_repair_episode_and_harness_run(driver: Any, tmp_path: Path) -
 def test_a_trainer_links_its_farm_runs(driver: Any, runs: Path, tmp_path: Path) -> None:
     import shutil
 
-    from dashboard_support import write_trainer_run
+    from envfarm.testing.dashboard_runs import write_trainer_run
 
     folder = write_trainer_run(tmp_path / "train")
     shutil.copytree(runs / "toolcalc", folder / "runs" / "rl")

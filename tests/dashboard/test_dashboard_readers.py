@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from dashboard_support import HARNESS_RUN_ID, write_trainer_run
 
 from envfarm.dashboard.farm_reader import EpisodeFilter, FarmRun
 from envfarm.dashboard.harness_reader import HarnessRun
@@ -15,6 +14,7 @@ from envfarm.dashboard.tail import JsonlTail
 from envfarm.dashboard.trainer_reader import TrainerRun
 from envfarm.errors import ConfigError
 from envfarm.rollout.live import read_live
+from envfarm.testing.dashboard_runs import HARNESS_RUN_ID, write_trainer_run
 
 
 def test_discover_finds_every_kind_in_a_folder_of_runs(runs: Path) -> None:
@@ -179,9 +179,8 @@ def test_a_stopped_farm_and_a_farm_that_died(tmp_path: Path) -> None:
     "running" and no longer rewritten reads as a farm that is not responding."""
     import asyncio
 
-    from dashboard_support import SlowOracle
-
     from envfarm.rollout import Farm, FarmConfig
+    from envfarm.testing.dashboard_runs import SlowOracle
 
     async def run_and_stop() -> None:
         farm = Farm(FarmConfig(env_id="envfarm/ToolCalc-v0", episodes=40, concurrency=4, backend="bwrap"),

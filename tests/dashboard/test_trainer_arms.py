@@ -45,11 +45,11 @@ def test_a_run_before_the_arms(tmp_path: Path) -> None:
 
 @pytest.mark.bwrap  # with the browser tests (chromium + chromedriver)
 def test_the_training_view_draws_the_arms(tmp_path: Path) -> None:
-    from dashboard_browser import available, browser, console_errors, text_of, wait_for
-    from dashboard_support import serve_in_thread, write_trainer_run
     from selenium.webdriver.common.by import By
 
     from envfarm.dashboard.sources import discover
+    from envfarm.testing.dashboard_browser import available, browser, console_errors, text_of, wait_for
+    from envfarm.testing.dashboard_runs import serve_in_thread, write_trainer_run
 
     assert available() is None, available()
     folder = write_trainer_run(tmp_path / "train")

@@ -125,7 +125,8 @@ def _reap(deadline: float) -> None:
 
 def console_errors(driver: webdriver.Chrome) -> list[dict[str, Any]]:
     """Console messages of level SEVERE (errors, failed loads, CSP violations) since the last call."""
-    return [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+    entries: list[dict[str, Any]] = driver.get_log("browser")  # type: ignore[no-untyped-call]
+    return [e for e in entries if e.get("level") == "SEVERE"]
 
 
 def wait_for(driver: webdriver.Chrome, css: str, timeout: float = 10.0) -> Any:

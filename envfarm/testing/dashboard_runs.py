@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import json
 import math
-import sys
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -26,9 +25,8 @@ from envfarm.harness.instances import Prediction, instance_from_row
 from envfarm.harness.report import Artifacts, RunFolder, summarize, write_summary
 from envfarm.rollout import Farm, FarmConfig, OraclePolicy
 from envfarm.rollout.policies import EpisodeView, Reply, text_reply
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
-from toyrepo import PATCHES, row
+from envfarm.sandbox import DEFAULT_BACKEND
+from envfarm.testing.toyrepo import PATCHES, row
 
 F2P = ("tests/test_ops.py::test_mul", "tests/test_ops.py::test_div")
 P2P = ("tests/test_ops.py::test_add", "tests/test_ops.py::test_add_negative")
@@ -48,7 +46,7 @@ class SlowOracle(OraclePolicy):
 
 
 async def farm_run(run_dir: Path, episodes: int = 12, concurrency: int = 4, delay_s: float = 0.0,
-                   env_id: str = "envfarm/ToolCalc-v0", backend: str = "bwrap") -> Path:
+                   env_id: str = "envfarm/ToolCalc-v0", backend: str = DEFAULT_BACKEND) -> Path:
     """Run a real farm into ``run_dir``; returns it."""
     policy = SlowOracle(delay_s) if delay_s else OraclePolicy()
     farm = Farm(FarmConfig(env_id=env_id, episodes=episodes, concurrency=concurrency, backend=backend,
@@ -147,7 +145,8 @@ def code_repair_trajectory(run_id: str, index: int, patch_name: str) -> Any:
     test_log = ("$ pytest -q tests/test_ops.py\n..F.                                              [100%]\n"
                 "FAILED tests/test_ops.py::test_div - assert 16 == 4\n1 failed, 3 passed in 0.03s\n")
     found = "1:def add(a, b):\n5:def mul(a, b):\n9:def div(a, b):"
-    steps = [("bash", {"command": "grep -n 'def ' calc/ops.py"}, found),
+    Step = tuple[str, dict[str, Any], str]
+    steps: list[Step] = [("bash", {"command": "grep -n 'def ' calc/ops.py"}, found),
              ("str_replace", {"path": "calc/ops.py", "old": "    return a + b\n\n\ndef div",
                               "new": "    return a * b\n\n\ndef div"}, "Edited calc/ops.py (1 replacement)."),
              ("run_tests", {"paths": ["tests/test_ops.py"]}, test_log),
