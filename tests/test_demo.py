@@ -14,9 +14,11 @@ from envfarm.cli import app
 from envfarm.demo import PARTS, DemoConfig, DemoResult, PartResult, check, next_steps, run_demo, run_part
 from envfarm.demo.harness import BUILTIN_ROW, FORGERIES, forgeries, pick_row, target
 from envfarm.demo.repair import episode_rows
+from envfarm.demo.result import BUNDLED_POLICY
 from envfarm.demo.training import metric_rows, train_config
 from envfarm.errors import ConfigError
 from envfarm.rollout import Trajectory, Turn
+from envfarm.trainer.metrics import read_metrics
 
 
 def test_check_refuses_unknown_parts_and_a_row_without_its_repository(tmp_path: Path) -> None:
@@ -24,6 +26,8 @@ def test_check_refuses_unknown_parts_and_a_row_without_its_repository(tmp_path: 
         check(DemoConfig(parts=("farm", "nope")))
     with pytest.raises(ConfigError, match="--instances needs --repo-source"):
         check(DemoConfig(instances=tmp_path / "rows.jsonl"))
+    with pytest.raises(ConfigError, match="is not a policy folder"):
+        check(DemoConfig(train_checkpoint=tmp_path))
     assert check(DemoConfig()).stamp and check(DemoConfig(stamp="s")).stamp == "s"
 
 
@@ -73,8 +77,12 @@ def test_the_bundled_row_gets_one_forgery_per_kind() -> None:
 
 
 def test_training_config_and_its_table() -> None:
-    config = train_config(DemoConfig(rl_updates=2, sft_steps=10, train_seconds=30))
+    config = train_config(DemoConfig(train_checkpoint=None, rl_updates=2, sft_steps=10, train_seconds=30))
     assert (config.rl_updates, config.sft_steps, config.minutes, config.sft_more) == (2, 10, 0.5, False)
+    assert config.checkpoint is None
+    bundled = train_config(DemoConfig())
+    assert (bundled.checkpoint, bundled.sft_steps) == (str(BUNDLED_POLICY), 0)
+    assert (BUNDLED_POLICY / "spec.json").is_file() and (BUNDLED_POLICY / "model.safetensors").is_file()
     warm = train_config(DemoConfig(train_checkpoint=Path("runs/train/checkpoints/sft/policy")))
     assert (warm.checkpoint, warm.sft_steps) == ("runs/train/checkpoints/sft/policy", 0)
     records = [
@@ -128,14 +136,17 @@ def test_harness_and_code_repair_parts_on_the_bundled_row(tmp_path: Path) -> Non
 @pytest.mark.slow
 def test_the_demo_command_farm_containment_and_training_at_small_scale(tmp_path: Path) -> None:
     """The other parts through the CLI, scaled down (the harness and CodeRepair parts are tested above): a
-    table per part, the reward curve PNG, exit code 0."""
+    table per part, the reward curve PNG, exit code 0, and RL from the bundled policy takes optimizer steps
+    (its attempts score differently: all 8 groups of two updates alike has odds of about 1e-6)."""
     parts = ["--part", "farm", "--part", "containment", "--part", "training"]
     res = CliRunner().invoke(app, ["demo", "--out", str(tmp_path), "--episodes", "8", "--concurrency", "8",
-                                   "--sft-steps", "5", "--rl-updates", "1", *parts])
+                                   "--rl-updates", "2", *parts])
     assert res.exit_code == 0, res.output
     for title in ("1. rollout farm", "2. hostile commands", "5. training", "6. where to look next",
                   "all 3 parts ok", "envfarm dashboard --run"):
         assert title in res.output, title
     (folder,) = tmp_path.iterdir()
     assert (folder / "train" / "reward_curve.png").stat().st_size > 0
+    updates = [r for r in read_metrics(folder / "train" / "metrics.jsonl") if r.get("phase") == "rl"]
+    assert updates and any(not r.get("skipped") for r in updates), updates
     assert (folder / "farm-ToolCalc-v0" / "spool.jsonl").is_file() and folder.name in res.output

@@ -148,6 +148,9 @@ def plot_rewards(metrics_path: Path, png: Path, title: str = "") -> Path:
                      color="tab:orange", ms=3)
             ax3.set_ylabel("held-out greedy match", color="tab:orange")
             ax3.set_ylim(-0.02, 1.02)
+    else:
+        ax2.text(0.5, 0.5, "no SFT in this run:\nRL started from a checkpoint", ha="center", va="center",
+                 transform=ax2.transAxes, color="0.4")
     ax2.set_xlabel("SFT step")
     ax2.set_ylabel("SFT loss (per token)")
     ax2.set_title("warm start")

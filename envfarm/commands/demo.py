@@ -6,7 +6,8 @@
 3. The harness grades one row in the SWE-bench schema: the gold patch resolves, forged patches are caught
    and the rule that caught each is named.
 4. One envfarm/CodeRepair-v0 episode, oracle policy, with its verdict.
-5. The trainer: SFT then a few GRPO updates of a tiny model on ToolCalc; the reward curve as a PNG.
+5. The trainer: a few GRPO updates of a tiny model on ToolCalc from the bundled SFT policy; the reward
+   curve as a PNG.
 6. Where to look next.
 
 One table per part. A part that fails prints an error row and the rest still run; the exit code is 1 when
@@ -27,6 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from envfarm.demo import PARTS, DemoConfig, DemoResult, PartResult, next_steps, run_demo
+from envfarm.demo.result import BUNDLED_POLICY
 from envfarm.sandbox.values import DEFAULT_BACKEND
 
 console = Console()
@@ -86,17 +88,21 @@ def demo(
     repo_source: Annotated[str | None, typer.Option(
         help="Folder of owner__name git mirrors, or a git URL prefix, for --instances rows.")] = None,
     rl_updates: Annotated[int, typer.Option(min=1, help="GRPO updates of the training part.")] = D.rl_updates,
-    sft_steps: Annotated[int, typer.Option(min=0, help="SFT steps before them.")] = D.sft_steps,
+    sft_steps: Annotated[int, typer.Option(
+        min=0, help="SFT steps before them, with --train-from-scratch.")] = D.sft_steps,
     train_checkpoint: Annotated[Path | None, typer.Option(
-        help="Policy folder to start the training part's RL from, instead of the short SFT (e.g. "
+        help="Policy folder to start the training part's RL from (default: the bundled SFT policy; e.g. "
              "runs/train/checkpoints/sft/policy of a full `envfarm train` run).")] = None,
+    train_from_scratch: Annotated[bool, typer.Option(
+        help="Start the training part from a random init with a short SFT warm start (--sft-steps) "
+             "instead; its rewards are 0, so GRPO takes no optimizer step.")] = False,
 ) -> None:
     """The whole mission in a few minutes: farm, containment, harness verdicts, a CodeRepair episode, a few
     RL updates with their reward curve, and where to look next."""
     config = DemoConfig(out=out, backend=backend, episodes=episodes, concurrency=concurrency,
                         parts=tuple(part or PARTS), instance_id=instance_id, instances=instances,
                         repo_source=repo_source, rl_updates=rl_updates, sft_steps=sft_steps,
-                        train_checkpoint=train_checkpoint)
+                        train_checkpoint=None if train_from_scratch else (train_checkpoint or BUNDLED_POLICY))
     result = _run(config)
     for item in (*result.parts, next_steps(result)):
         console.print(table(item))

@@ -91,6 +91,11 @@ def check(config: DemoConfig) -> DemoConfig:
     if config.instances is not None and config.repo_source is None:
         raise ConfigError("--instances needs --repo-source (a folder of owner__name git mirrors, or a git "
                           "URL prefix): a SWE-bench row is graded on its repository at the base commit")
+    policy = config.train_checkpoint
+    if "training" in config.parts and policy is not None and not (policy / "spec.json").is_file():
+        raise ConfigError(f"--train-checkpoint {policy} is not a policy folder (no spec.json): give "
+                          "checkpoints/sft/policy of an `envfarm train` run, or leave it out for the bundled "
+                          "one")
     stamp = config.stamp or datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return replace(config, stamp=stamp)
 
