@@ -6,7 +6,7 @@
     envfarm farm run --resume runs/20250101-120000-4242          # continue an interrupted run
     envfarm farm deliver runs/20250101-120000-4242               # hand a stopped run's spool to its sinks
     envfarm farm receive --port 8100 --store received.jsonl       # a stand-in learner endpoint
-    envfarm eval --env envfarm/ToolCalc-v0 --policy openai:http://127.0.0.1:8000/v1 --tasks 200 \
+    envfarm eval --env envfarm/ToolCalc-v0 --policy openai:http://127.0.0.1:8000/v1 --num-tasks 200 \
         --attempts 4
     envfarm farm run --ray 10.0.0.1:6379 ...                      # one worker per node of a Ray cluster
 
@@ -307,7 +307,8 @@ def eval_command(
     env: EnvOpt = None,
     policy: PolicyOpt = None,
     n_tasks: Annotated[int | None, typer.Option(
-        "--tasks", min=1, help="Tasks (seeds seed .. seed+N-1), each attempted --attempts times.")] = None,
+        "--num-tasks", min=1,
+        help="Tasks (seeds seed .. seed+N-1), each attempted --attempts times.")] = None,
     attempts: Annotated[int | None, typer.Option(min=1, help="Attempts per task, the k of pass@k.")] = None,
     backend: BackendOpt = None,
     concurrency: ConcurrencyOpt = FarmConfig.concurrency,
@@ -329,17 +330,17 @@ def eval_command(
     ray_resource: RayResourceOpt = None,
     quiet: Annotated[bool, typer.Option(help="No live view.")] = False,
     old_episodes: Annotated[int | None, typer.Option(
-        "--episodes", hidden=True, min=1, help="Deprecated: --tasks.")] = None,
+        "--episodes", hidden=True, min=1, help="Deprecated: --num-tasks.")] = None,
     old_out: Annotated[Path | None, typer.Option("--out", hidden=True, help="Deprecated: --report.")] = None,
 ) -> None:
     """Evaluate a policy on an env: pass@1 and unbiased pass@k with 95% CIs, per-task results; resumable."""
-    n_tasks = old_spelling(n_tasks, old_episodes, "eval --episodes N", "eval --tasks N")
+    n_tasks = old_spelling(n_tasks, old_episodes, "eval --episodes N", "eval --num-tasks N")
     out = old_spelling(report_file, old_out, "eval --out FILE", "eval --report FILE")
     prior = _prior(resume)
     ray, ray_resource = _option(ray, prior, "ray"), _option(ray_resource, prior, "ray_resource")
     _files(("--report", out))
     k = _pick(attempts, prior.attempts if prior else None, "--attempts", 1)
-    tasks = _pick(n_tasks, prior.episodes // prior.attempts if prior else None, "--tasks")
+    tasks = _pick(n_tasks, prior.episodes // prior.attempts if prior else None, "--num-tasks")
     spec = _pick(policy, prior.policy if prior else None, "--policy")
     config = FarmConfig(
         env_id=_pick(env, prior.env_id if prior else None, "--env"), episodes=tasks * k, attempts=k,

@@ -22,7 +22,7 @@ def rows(path: Path) -> list[dict]:
 def test_eval_predictions_are_graded_alike_by_the_harness(tmp_path: Path) -> None:
     run = tmp_path / "run"
     res = CliRunner().invoke(app, [
-        "eval", "--env", "envfarm/CodeRepair-v0", "--policy", "oracle", "--tasks", "2", "--attempts", "2",
+        "eval", "--env", "envfarm/CodeRepair-v0", "--policy", "oracle", "--num-tasks", "2", "--attempts", "2",
         "--backend", "docker", "--concurrency", "2", "--run-dir", str(run), "--quiet"])
     assert res.exit_code == 0, res.output
     first, every = rows(run / PREDICTIONS), rows(run / ALL_ATTEMPTS)

@@ -149,7 +149,7 @@ def test_a_damaged_run_folder_is_a_clear_error(tmp_path: Path, command: str) -> 
 
 async def test_eval_command(tmp_path: Path) -> None:
     run, report = tmp_path / "run", tmp_path / "eval.json"
-    proc = await envfarm("eval", *ENV, "--policy", "oracle", "--tasks", "4", "--attempts", "2",
+    proc = await envfarm("eval", *ENV, "--policy", "oracle", "--num-tasks", "4", "--attempts", "2",
                          "--concurrency", "4", "--run-dir", str(run), "--report", str(report), "--quiet")
     code, text = await finish(proc)
     assert code == 0, text

@@ -202,7 +202,7 @@ async def test_cli_farm_run_interrupted_then_resumed_and_eval(cluster: Any, tmp_
     s = json.loads(summary.read_text())
     assert (s["episodes_completed"], s["nodes_used"]) == (40, 2) and "node 127.0.0.1/" in text
     folder = tmp_path / "eval"
-    code, text = await asyncio.to_thread(envfarm, "eval", *ENV, "--ray", cluster.address, "--tasks", "6",
+    code, text = await asyncio.to_thread(envfarm, "eval", *ENV, "--ray", cluster.address, "--num-tasks", "6",
                                          "--attempts", "2", "--concurrency", "4", "--run-dir", str(folder))
     assert code == 0, text
     report = json.loads((folder / "eval.json").read_text())
