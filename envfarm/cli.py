@@ -8,20 +8,21 @@ One grammar (``tests/test_cli_grammar.py`` walks the whole tree, hidden aliases 
 
 - Noun, then verb: ``images build|list|prune`` (``--harness``: the harness's images),
   ``envs list|check|serve``, ``policy serve``, ``sandbox exec|gc|list``, ``tasks mine|recipes|repos``,
-  ``harness run|validate|plan``, ``farm run|receive``; the day-to-day verbs stand alone: ``eval``, ``train``,
-  ``demo``, ``doctor``, ``dashboard``. ``list``, never ``ls``.
+  ``harness run|validate|plan``, ``harbor validate``, ``farm run|receive``; the day-to-day verbs stand
+  alone: ``eval``, ``train``, ``demo``, ``doctor``, ``dashboard``. ``list``, never ``ls``.
 - One meaning per option name, in every command: a flag everywhere or a value of one type everywhere.
   ``--out DIR`` is always a folder the command writes into; a single file a command writes is named for what
   it holds: ``--report FILE`` (the command's JSON report, also written), ``--summary FILE``,
   ``--trajectories FILE`` (JSONL), ``--instances FILE`` (task instance rows, read or mined). ``--json`` is a
   flag (print JSON instead of a table); ``--env ID`` a registered env id; ``--episodes N`` counts episodes and
-  ``--tasks N`` tasks; ``--backend`` defaults to ``DEFAULT_BACKEND`` (bwrap) everywhere.
+  ``--num-tasks N`` tasks; ``--tasks DIR`` is a folder of Harbor task directories; ``--backend`` defaults
+  to ``DEFAULT_BACKEND`` (bwrap) everywhere.
 - An old spelling stays for one release as a hidden command or option running the same code, after a
   one-line note on stderr naming the new spelling (``envfarm.commands.options.alias`` / ``old_spelling``):
   ``serve`` (``policy serve``), ``openenv serve`` (``envs serve``), ``harness images build|list|prune``
   (``images ... --harness``; its ``--json FILE``: ``--report``, ``--images``: ``--each``, ``--env``:
   ``--all``), ``sandbox ls`` (``sandbox list``), ``sandbox gc --backend B`` (``sandbox gc B``), ``farm run
-  --out FILE`` (``--trajectories``), ``eval --episodes N``/``--out FILE`` (``--tasks``/``--report``),
+  --out FILE`` (``--trajectories``), ``eval --episodes N``/``--out FILE`` (``--num-tasks``/``--report``),
   ``tasks mine --package P --out FILE`` (``--instances``), ``tasks repos --tasks FILE`` (``--instances``).
 """
 
@@ -98,6 +99,7 @@ from envfarm.commands import demo as _demo  # noqa: E402
 from envfarm.commands import doctor as _doctor  # noqa: E402
 from envfarm.commands import envs as _envs  # noqa: E402
 from envfarm.commands import farm as _farm  # noqa: E402
+from envfarm.commands import harbor as _harbor  # noqa: E402
 from envfarm.commands import harness as _harness  # noqa: E402
 from envfarm.commands import images as _images  # noqa: E402
 from envfarm.commands import openenv as _openenv  # noqa: E402
@@ -115,6 +117,7 @@ app.command(name="demo")(_demo.demo)
 app.add_typer(_farm.app, name="farm")
 app.command(name="eval")(_farm.eval_command)
 app.add_typer(_harness.app, name="harness")
+app.add_typer(_harbor.app, name="harbor")
 app.command(name="train")(_train.train)
 app.add_typer(_tasks.app, name="tasks")
 app.command(name="dashboard")(_dashboard.dashboard)

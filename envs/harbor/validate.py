@@ -1,0 +1,314 @@
+"""Validate Harbor task directories here: does each build offline, does its oracle score 1, does a no-op
+agent score 0, and why not.
+
+    result = await validate_tasks(ValidateConfig(tasks=Path("tasks"), report_dir=Path("reports")))
+    result.json_path, result.markdown_path        # <report-dir>/validate.json, validate.md
+
+Per task: the image is built from ``environment/Dockerfile`` (:func:`envfarm.sandbox.harbor_image.
+ensure_task_image`, cached by content hash), then ``envfarm/Harbor-v0`` runs an episode with the oracle
+(``solution/solve.sh``; ``repeat`` times) when the task has one, and one with a no-op agent that submits at
+once. Each task's row is written to ``<report-dir>/runs/<run-id>/`` as soon as it is known, so a run with the
+same run id resumes where it stopped; ``validate.json`` and ``validate.md`` are rewritten at the end with
+every row. Every task that does not validate gets one reason from :data:`REASONS`:
+
+====================  =================================================================================
+``needs-network``     the Dockerfile downloads from the internet (curl/wget of a URL, git clone, npm, ...),
+                      or the oracle's run failed on network access
+``unsupported-base``  the Dockerfile starts FROM an image with no offline translation here
+``build-failed``      the translated image did not build (apt or pip could not resolve, a RUN failed)
+``verifier-failed``   the no-op agent scored above 0 (the tests pass an untouched task), or the verifier
+                      wrote no reward
+``oracle-failed``     the oracle's run scored below 1
+``timeout``           the oracle or the verifier ran past its timeout
+``flaky``             the oracle's ``repeat`` runs scored differently
+``unknown``           anything else (the detail says what happened)
+====================  =================================================================================
+
+A task without ``solution/solve.sh`` has no oracle: its ``oracle_reward`` is null and it validates when it
+builds and the no-op agent scores 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from envfarm.errors import ConfigError, FarmError, InfraError
+from envfarm.sandbox import DEFAULT_BACKEND
+
+log = logging.getLogger(__name__)
+
+REASONS = ("needs-network", "unsupported-base", "build-failed", "verifier-failed", "oracle-failed", "timeout",
+           "flaky", "unknown")
+NETWORK = re.compile(r"Temporary failure in name resolution|Name or service not known|Network is unreachable|"
+                     r"Could not resolve host|Failed to establish a new connection|Connection refused")
+"""Evidence in a failing oracle run's output that it reached for the internet."""
+SUBMIT = '{"name": "submit", "arguments": {}}'
+Agent = Literal["oracle", "noop"]
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """The validation of one task (a row of ``validate.json``)."""
+
+    task: str
+    built: bool
+    oracle_reward: float | None
+    """Mean reward of the oracle's runs; None when the task has no solution or did not build."""
+    noop_reward: float | None
+    reason: str | None
+    """One of :data:`REASONS` when the task does not validate."""
+    detail: str
+    seconds: float
+    python: str | None = None
+    """The Python of the image actually built (the Dockerfile's base mapped to an envfarm Debian base)."""
+    internet_requested: bool = False
+    """The task's ``[environment] allow_internet``: never granted here."""
+
+    @property
+    def validated(self) -> bool:
+        return self.reason is None
+
+
+@dataclass(frozen=True)
+class ValidateConfig:
+    """What ``envfarm harbor validate`` parses its options into."""
+
+    tasks: Path
+    """A folder of Harbor task directories, or one task directory."""
+    report_dir: Path
+    task_ids: tuple[str, ...] = ()
+    """Task directory names to validate (empty: every task)."""
+    run_id: str = "validate"
+    """Rows of earlier runs with this id are reused (the run resumes)."""
+    max_workers: int = 2
+    repeat: int = 1
+    """Oracle runs per task (flakiness)."""
+    backend: str = DEFAULT_BACKEND
+
+    def __post_init__(self) -> None:
+        if self.max_workers < 1 or self.repeat < 1:
+            raise ConfigError(f"max_workers and repeat must be at least 1, got {self.max_workers} and "
+                              f"{self.repeat}")
+
+
+@dataclass(frozen=True)
+class Validation:
+    run_id: str
+    rows: tuple[TaskRow, ...]
+    json_path: Path
+    markdown_path: Path
+
+    @property
+    def reasons(self) -> Counter[str]:
+        return Counter(r.reason for r in self.rows if r.reason)
+
+
+@dataclass(frozen=True)
+class Event:
+    """Progress: ``stage`` of ``task`` began ("build", "oracle", "noop") or the task is "done"."""
+
+    task: str
+    stage: str
+    row: TaskRow | None = None
+
+
+ProgressFn = Callable[[Event], None]
+
+
+@dataclass
+class _Runs:
+    """What the episodes of one task gave."""
+
+    oracle: list[float] = field(default_factory=list)
+    noop: float | None = None
+    infos: list[dict[str, Any]] = field(default_factory=list)
+
+
+async def validate_tasks(config: ValidateConfig, progress: ProgressFn | None = None) -> Validation:
+    """Validate every task of ``config`` (``max_workers`` at once); write validate.json and validate.md."""
+    from .task import load_tasks
+
+    tasks = await asyncio.to_thread(load_tasks, config.tasks, list(config.task_ids) or None)
+    rows_dir = config.report_dir / "runs" / config.run_id
+    await asyncio.to_thread(rows_dir.mkdir, parents=True, exist_ok=True)
+    gate = asyncio.Semaphore(config.max_workers)
+
+    async def one(task: Any) -> TaskRow:
+        async with gate:
+            row = await _resumed(rows_dir, task.name) or await validate_one(task, config, progress)
+            await asyncio.to_thread(_write_row, rows_dir, row)
+        if progress:
+            progress(Event(task.name, "done", row))
+        return row
+
+    async with asyncio.TaskGroup() as group:
+        running = [group.create_task(one(t)) for t in tasks]
+    rows = tuple(t.result() for t in running)
+    paths = await asyncio.to_thread(write_reports, config.report_dir, config.run_id, rows)
+    return Validation(config.run_id, rows, *paths)
+
+
+async def validate_one(task: Any, config: ValidateConfig, progress: ProgressFn | None = None) -> TaskRow:
+    """Build ``task``'s image, run its oracle (``config.repeat`` times) and a no-op agent; never raises for
+    what the task does (a failure is the row's reason)."""
+    from envfarm.sandbox.harbor_image import ensure_task_image
+
+    start = time.monotonic()
+    internet = bool(task.allow_internet)
+
+    def row(built: bool, reason: str | None, detail: str, runs: _Runs | None = None,
+            python: str | None = None) -> TaskRow:
+        oracle = sum(runs.oracle) / len(runs.oracle) if runs and runs.oracle else None
+        return TaskRow(task.name, built, oracle, runs.noop if runs else None, reason, detail,
+                       round(time.monotonic() - start, 3), python, internet)
+
+    if progress:
+        progress(Event(task.name, "build"))
+    try:
+        image = await asyncio.to_thread(ensure_task_image, task.path)
+    except FarmError as e:
+        return row(False, getattr(e, "reason", None) or "build-failed", _first_lines(str(e)))
+    runs = _Runs()
+    try:
+        await _run_agents(task, config, runs, progress)
+    except (InfraError, FarmError, TimeoutError) as e:
+        reason = "timeout" if isinstance(e, TimeoutError) else "unknown"
+        return row(True, reason, f"{type(e).__name__}: {_first_lines(str(e))}", runs, image.python)
+    reason, detail = judge(runs, has_oracle=bool(task.has_solution), internet=internet)
+    return row(True, reason, detail, runs, image.python)
+
+
+async def _run_agents(task: Any, config: ValidateConfig, runs: _Runs, progress: ProgressFn | None) -> None:
+    if task.has_solution:
+        for _ in range(config.repeat):
+            if progress:
+                progress(Event(task.name, "oracle"))
+            reward, info = await run_episode(task.path, config.backend, "oracle")
+            runs.oracle.append(reward)
+            runs.infos.append(info)
+    if progress:
+        progress(Event(task.name, "noop"))
+    runs.noop, info = await run_episode(task.path, config.backend, "noop")
+    runs.infos.append(info)
+
+
+async def run_episode(task_dir: Path, backend: str, agent: Agent) -> tuple[float, dict[str, Any]]:
+    """One ``envfarm/Harbor-v0`` episode of the task in ``task_dir``: the oracle's actions, or a submit at
+    once; returns the final reward and info."""
+    import gymnasium
+
+    env = gymnasium.make("envfarm/Harbor-v0", tasks=task_dir, backend=backend).unwrapped
+    try:
+        await env.areset(seed=0)  # type: ignore[attr-defined]
+        actions = [*env.oracle(), SUBMIT] if agent == "oracle" else [SUBMIT]  # type: ignore[attr-defined]
+        reward, info = 0.0, {}
+        for action in actions:
+            _, step_reward, terminated, truncated, info = await env.astep(action)  # type: ignore[attr-defined]
+            reward = float(step_reward)
+            if terminated or truncated:
+                break
+        return reward, dict(info)
+    finally:
+        await env.aclose()  # type: ignore[attr-defined]
+
+
+def judge(runs: _Runs, has_oracle: bool, internet: bool = False) -> tuple[str | None, str]:
+    """The reason a built task does not validate (None when it does) and a detail."""
+    if has_oracle and len(set(runs.oracle)) > 1:
+        return "flaky", f"oracle rewards {runs.oracle}"
+    if runs.noop is not None and runs.noop > 0:
+        return "verifier-failed", f"the no-op agent scored {runs.noop:g}: the tests pass an untouched task"
+    if not has_oracle:
+        return None, "no solution/solve.sh: no oracle"
+    if runs.oracle and runs.oracle[0] >= 1.0:
+        return None, ""
+    info = runs.infos[0] if runs.infos else {}
+    why = str(info.get("reason") or "")
+    output = str(info.get("verifier_output") or info.get("output") or "")
+    if "timeout" in why or "timed out" in why:
+        return "timeout", why
+    if "reward" in why and ("missing" in why or "empty" in why or "no " in why):
+        return "verifier-failed", why
+    if NETWORK.search(output):
+        asked = " (the task asked for internet)" if internet else ""
+        return "needs-network", f"the oracle's run reached for the network{asked}: {_last_lines(output)}"
+    return "oracle-failed", f"oracle reward {runs.oracle[0]:g}; {why} {_last_lines(output)}".strip()
+
+
+def _first_lines(text: str, n: int = 3, limit: int = 400) -> str:
+    return " | ".join(line.strip() for line in text.strip().splitlines()[:n])[:limit]
+
+
+def _last_lines(text: str, n: int = 3, limit: int = 400) -> str:
+    return " | ".join(line.strip() for line in text.strip().splitlines()[-n:])[-limit:]
+
+
+# ------------------------------------------------------------------------------------------------ reports
+
+
+def _row_path(rows_dir: Path, name: str) -> Path:
+    return rows_dir / (re.sub(r"[^A-Za-z0-9._-]", "_", name) + ".json")
+
+
+async def _resumed(rows_dir: Path, name: str) -> TaskRow | None:
+    path = _row_path(rows_dir, name)
+    if not await asyncio.to_thread(path.is_file):
+        return None
+    data = json.loads(await asyncio.to_thread(path.read_text))
+    return TaskRow(**data)
+
+
+def _write_row(rows_dir: Path, row: TaskRow) -> None:
+    path = _row_path(rows_dir, row.task)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(row), indent=1))
+    tmp.replace(path)
+
+
+def write_reports(report_dir: Path, run_id: str, rows: Sequence[TaskRow]) -> tuple[Path, Path]:
+    """``validate.json`` (``{"run_id", "rows": [...]}``) and ``validate.md`` in ``report_dir``."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = report_dir / "validate.json", report_dir / "validate.md"
+    json_path.write_text(json.dumps({"run_id": run_id, "rows": [asdict(r) for r in rows]}, indent=1))
+    md_path.write_text(markdown(run_id, rows))
+    return json_path, md_path
+
+
+def markdown(run_id: str, rows: Sequence[TaskRow]) -> str:
+    """A summary line, the counts per reason and one table row per task."""
+    built = sum(r.built for r in rows)
+    with_oracle = [r for r in rows if r.oracle_reward is not None]
+    ok = sum(r.oracle_reward == 1.0 for r in with_oracle)
+    reasons = Counter(r.reason for r in rows if r.reason)
+    lines = [f"# Harbor validation: {run_id}", "",
+             f"{len(rows)} tasks: {built} built; oracle 1 on {ok} of {len(with_oracle)} with a solution; "
+             f"no-op 0 on {sum(r.noop_reward == 0 for r in rows)} of {built} built; "
+             f"{sum(r.validated for r in rows)} validate.", ""]
+    if reasons:
+        lines += ["| reason | tasks |", "| --- | --- |"]
+        lines += [f"| {k} | {reasons[k]} |" for k in REASONS if reasons[k]] + [""]
+    lines += ["| task | built | oracle | no-op | python | reason | detail | s |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        cells = [r.task, "yes" if r.built else "no", num(r.oracle_reward), num(r.noop_reward),
+                 r.python or "-", r.reason or "ok", r.detail.replace("|", "/")[:160], f"{r.seconds:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def num(value: float | None) -> str:
+    """A reward for a table: ``-`` for none."""
+    return "-" if value is None else f"{value:g}"
+
+
+__all__ = ["REASONS", "Event", "TaskRow", "ValidateConfig", "Validation", "judge", "markdown", "num",
+           "run_episode", "validate_one", "validate_tasks", "write_reports"]

@@ -1,0 +1,75 @@
+"""``envfarm harbor validate``'s verdicts and reports (envs/harbor/validate.py): the reason a task gets from
+what its runs gave, the markdown table, and the per-task rows a run with the same id resumes from."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from envfarm.envs.harbor.validate import (
+    REASONS,
+    TaskRow,
+    ValidateConfig,
+    _resumed,
+    _Runs,
+    _write_row,
+    judge,
+    markdown,
+    write_reports,
+)
+from envfarm.errors import ConfigError
+
+
+def runs(oracle: list[float], noop: float | None = 0.0, info: dict[str, str] | None = None) -> _Runs:
+    return _Runs(oracle=oracle, noop=noop, infos=[info or {}])
+
+
+@pytest.mark.parametrize(("given", "has_oracle", "reason"), [
+    (runs([1.0]), True, None),
+    (runs([], noop=0.0), False, None),
+    (runs([1.0, 0.0]), True, "flaky"),
+    (runs([1.0], noop=1.0), True, "verifier-failed"),
+    (runs([], noop=1.0), False, "verifier-failed"),
+    (runs([0.0], info={"reason": "verifier timeout after 60 s"}), True, "timeout"),
+    (runs([0.0], info={"reason": "reward file missing: /logs/verifier/reward.txt"}), True, "verifier-failed"),
+    (runs([0.0], info={"verifier_output": "curl: (6) Could not resolve host: example.org"}), True,
+     "needs-network"),
+    (runs([0.0], info={"verifier_output": "FAILED test_outputs.py::test_area"}), True, "oracle-failed"),
+])
+def test_judge_names_one_reason_from_the_list(given: _Runs, has_oracle: bool, reason: str | None) -> None:
+    got, detail = judge(given, has_oracle=has_oracle)
+    assert got == reason
+    assert got is None or got in REASONS
+    if reason == "oracle-failed":
+        assert "FAILED test_outputs.py::test_area" in detail
+
+
+def test_reports_hold_every_row_and_count_reasons(tmp_path: Path) -> None:
+    rows = (TaskRow("a", True, 1.0, 0.0, None, "", 3.0, "3.11"),
+            TaskRow("b", False, None, None, "needs-network", "RUN curl https://x | sh", 0.1),
+            TaskRow("c", True, 0.0, 0.0, "oracle-failed", "a | b", 4.0, "3.13", internet_requested=True))
+    json_path, md_path = write_reports(tmp_path, "r1", rows)
+    data = json.loads(json_path.read_text())
+    assert data["run_id"] == "r1"
+    assert [r["task"] for r in data["rows"]] == ["a", "b", "c"]
+    assert set(data["rows"][0]) >= {"task", "built", "oracle_reward", "noop_reward", "reason", "detail",
+                                    "seconds"}
+    text = md_path.read_text()
+    assert "3 tasks: 2 built; oracle 1 on 1 of 2 with a solution" in text
+    assert "| needs-network | 1 |" in text and "| oracle-failed | 1 |" in text
+    assert "| c | yes | 0 | 0 | 3.13 | oracle-failed | a / b | 4.0 |" in markdown("r1", rows)
+
+
+def test_a_written_row_is_what_a_resumed_run_reads(tmp_path: Path) -> None:
+    row = TaskRow("org/task one", True, 1.0, 0.0, None, "", 2.5, "3.11", True)
+    _write_row(tmp_path, row)
+    assert asyncio.run(_resumed(tmp_path, "org/task one")) == row
+    assert asyncio.run(_resumed(tmp_path, "another")) is None
+
+
+def test_config_refuses_zero_workers_or_repeats(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="at least 1"):
+        ValidateConfig(tasks=tmp_path, report_dir=tmp_path, max_workers=0)
