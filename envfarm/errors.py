@@ -6,6 +6,9 @@
     ├── ImageError                            building or finding images
     │   ├── ImageNotFound (LookupError)       -> run `envfarm images build`
     │   ├── ImageBuildError                   a build step failed; the message holds the log tail
+    │   │   └── HarborImageError              a Harbor task's image cannot be built offline: .reason is
+    │   │                                     needs-network, unsupported-base or build-failed;
+    │   │                                     .detail names the line
     │   ├── ImagePullError                    a registry pull failed (no such image, registry down, refused)
     │   └── ImageMismatch                     a pulled image does not hold the row's repository at its
     │                                         base commit (`--image-source build` builds it instead)
@@ -90,6 +93,20 @@ class ImageNotFound(ImageError, LookupError):
 
 class ImageBuildError(ImageError):
     """An image build step failed."""
+
+
+class HarborImageError(ImageBuildError):
+    """A Harbor task's environment image cannot be made offline; ``reason`` is one of ``needs-network``,
+    ``unsupported-base``, ``build-failed`` and ``detail`` names the line or the build's message."""
+
+    def __init__(self, task: str, reason: str, detail: str, fix: str,
+                 reasons: tuple[tuple[str, str], ...] = ()) -> None:
+        super().__init__(f"task {task!r}: {reason}: {detail}\nfix: {fix}")
+        self.task = task
+        self.reason = reason
+        self.detail = detail
+        self.reasons = reasons or ((reason, detail),)
+        """Every (reason, detail) found, the first one is ``reason``/``detail``."""
 
 
 class ImagePullError(ImageError):

@@ -1,0 +1,294 @@
+"""Offline docker images for Harbor task folders (``task.toml``, ``environment/Dockerfile`` + its files).
+
+    environment/Dockerfile --translate--> base suite + apt packages + pip requirements + kept steps
+    envfarm/base[-<suite>]:<hash>         the Debian base with the closest Python (built when missing)
+    envfarm/harbor-apt:<hash>             base rootfs copy + ``apt-get install`` run on the host side (the
+                                          host reaches Debian's mirror, builds have no network), docker
+                                          import;
+                                          <hash> covers the base hash and the sorted packages; skipped when
+                                          the task needs no apt package
+    envfarm/harbor-<task>:<hash>          docker build (no network) FROM it: pip from the host wheelhouse,
+                                          COPY/ADD/ENV/WORKDIR/USER/RUN in the Dockerfile's order; <hash>
+                                          covers the environment folder, the translation and the layer below
+
+``ensure_task_image(task_dir)`` returns a :class:`TaskImage` or raises :class:`HarborImageError` whose
+``reason`` is ``needs-network``, ``unsupported-base`` (both found before anything is built) or
+``build-failed`` (apt or docker build failed; ``detail`` holds the tool's message). ``TaskImage.reasons`` is
+therefore empty for a built image. A ``docker_image`` named in ``task.toml``'s ``[environment]`` that docker
+has is used as is. Images are content-hashed: an unchanged task is a lookup. Builds of the same hash are
+serialised by a lock file; a killed build leaves only staging folders and untagged layers, never a tag.
+The image keeps the envfarm conventions (user ``agent`` uid 1000, ``/workspace``); the Dockerfile's last
+USER and WORKDIR are recorded, not forced, and the env decides. Harbor images carry ``envfarm.harbor``
+labels: ``envfarm images list`` shows them, ``prune`` keeps them while their base is current.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from envfarm import config
+from envfarm.errors import HarborImageError, ImageBuildError, tail
+
+from . import dockerutil, imagebuild, images, rootfs
+from .dockerfile import BUILD_FAILED, Translation, translate_file
+from .recipes import BUILDER_VERSION, base_for_suite, content_hash
+from .rootfs import ProgressFn
+
+log = logging.getLogger(__name__)
+
+HARBOR_LABEL = images.HARBOR_LABEL
+APT_REPO = "envfarm/harbor-apt"
+APT_TIMEOUT_S = 1800
+WHEELHOUSE_IN_IMAGE = "/tmp/envfarm-wheelhouse"
+
+
+@dataclass(frozen=True)
+class TaskImage:
+    """The docker image a Harbor task runs in."""
+
+    tag: str
+    image_id: str
+    python: str
+    """The image's python3 ("3.11"); "" for a prebuilt ``docker_image`` from task.toml."""
+    suite: str
+    """The Debian suite of its envfarm base; "" for a prebuilt image."""
+    workdir: str
+    """The Dockerfile's last WORKDIR ("/" when none)."""
+    user: str | None
+    """The Dockerfile's last USER (None when none)."""
+    env: tuple[tuple[str, str], ...]
+    """The ENV the Dockerfile set, with the values docker resolved."""
+    reasons: tuple[tuple[str, str], ...] = ()
+    """Empty for a built image (failures raise :class:`HarborImageError`)."""
+    built: bool = False
+    """False when the image was found by its content hash."""
+
+
+def ensure_task_image(
+    task_dir: Path, *, force: bool = False, progress: ProgressFn | None = None
+) -> TaskImage:
+    """Build (or find) the image of the Harbor task in ``task_dir``; blocking: from async code use
+    :func:`aensure_task_image`."""
+    task_dir = Path(task_dir)
+    name = task_dir.resolve().name
+    prebuilt = _prebuilt(task_dir)
+    if prebuilt is not None:
+        return prebuilt
+    dockerfile = task_dir / "environment" / "Dockerfile"
+    if not dockerfile.is_file():
+        raise HarborImageError(name, BUILD_FAILED, f"{dockerfile} is missing",
+                               "a Harbor task folder needs environment/Dockerfile")
+    translation = translate_file(dockerfile)
+    if translation.issues:
+        first = translation.issues[0]
+        raise HarborImageError(name, first.reason, f"line {first.line}: {first.detail}",
+                               _fix(first.reason), translation.reasons)
+    try:
+        return _build(task_dir, name, translation, force, progress)
+    except HarborImageError:
+        raise
+    except ImageBuildError as e:
+        raise HarborImageError(name, BUILD_FAILED, str(e), "read the build log above; fix the Dockerfile "
+                               "or the package names (Debian's, not Ubuntu's)") from e
+
+
+async def aensure_task_image(task_dir: Path, *, force: bool = False,
+                             progress: ProgressFn | None = None) -> TaskImage:
+    """:func:`ensure_task_image` in a worker thread."""
+    return await asyncio.to_thread(ensure_task_image, task_dir, force=force, progress=progress)
+
+
+def _fix(reason: str) -> str:
+    if reason == "needs-network":
+        return ("builds have no network: vendor the download into environment/ and COPY it, or name a "
+                "prebuilt docker_image in task.toml")
+    return "use a supported FROM (python, debian, ubuntu, gcc, golang, eclipse-temurin:17-jdk, t-bench) " \
+           "or name a prebuilt docker_image in task.toml"
+
+
+def _prebuilt(task_dir: Path) -> TaskImage | None:
+    """task.toml's ``[environment] docker_image`` when docker has it."""
+    try:
+        data = tomllib.loads((task_dir / "task.toml").read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    section = data.get("environment")
+    ref = section.get("docker_image") if isinstance(section, dict) else None
+    if not isinstance(ref, str) or not ref or (img := dockerutil.get_image(ref)) is None:
+        return None
+    cfg = img.attrs.get("Config") or {}
+    env = tuple((e.split("=", 1)[0], e.split("=", 1)[1]) for e in cfg.get("Env") or [] if "=" in e)
+    return TaskImage(ref, img.id, "", "", cfg.get("WorkingDir") or "/", cfg.get("User") or None, env)
+
+
+def _build(task_dir: Path, name: str, t: Translation, force: bool, progress: ProgressFn | None) -> TaskImage:
+    start = time.monotonic()
+    base = images.build_base(progress=progress, suite=t.base.suite)
+    if base.image_id is None:
+        raise ImageBuildError(f"{dockerutil.NO_DAEMON} (needed to build the image of {name}); "
+                              f"{dockerutil.FIX}")
+    recipe = base_for_suite(t.base.suite)
+    below = ensure_apt_layer(base.tag, base.hash, t.apt_packages, progress) if t.apt_packages else base.tag
+    digest = content_hash(task_dir / "environment", extra=f"{BUILDER_VERSION}\0{below}\0{render(t)}")
+    tag = f"envfarm/harbor-{_repo_name(name)}:{digest}"
+    with _hash_lock(f"task-{digest}"):
+        img = None if force else dockerutil.get_image(tag)
+        built = img is None
+        if img is None:
+            with tempfile.TemporaryDirectory(prefix="envfarm-harbor-") as tmp:
+                folder = _context(Path(tmp), task_dir, t)
+                labels = {config.LABEL: "1", images.NAME_LABEL: f"harbor-{_repo_name(name)}",
+                          images.HASH_LABEL: digest, "envfarm.base_hash": base.hash, HARBOR_LABEL: "task",
+                          "envfarm.harbor.task": name, "envfarm.harbor.python": recipe.python}
+                wheels = hashlib.sha256(f"{recipe.python}\0{recipe.glibc}\0{t.pip_requirements}".encode())
+                spec = imagebuild.LayerSpec(folder, tag, below, labels, f"harbor-{wheels.hexdigest()[:12]}",
+                                            recipe.python, recipe.glibc)
+                imagebuild.build_layer(spec, nocache=force, progress=progress)
+            img = dockerutil.get_image(tag)
+            if img is None:
+                raise ImageBuildError(f"docker build of {tag} reported success but docker has no such image")
+            log.info("built %s in %.1fs", tag, time.monotonic() - start)
+    cfg = img.attrs.get("Config") or {}
+    resolved = dict(e.split("=", 1) for e in cfg.get("Env") or [] if "=" in e)
+    env = tuple((k, resolved.get(k, v)) for k, v in t.env)
+    return TaskImage(tag, img.id, recipe.python, recipe.suite, t.workdir, t.user, env, (), built)
+
+
+def _repo_name(name: str) -> str:
+    return re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-._") or "task"
+
+
+@contextlib.contextmanager
+def _hash_lock(key: str) -> Iterator[None]:
+    """An exclusive ``flock`` per content hash: builds of different tasks run in parallel."""
+    folder = config.home() / "locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"harbor-{key}.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+# ---------------------------------------------------------------------------------------------- apt layer
+
+
+def ensure_apt_layer(base_tag: str, base_hash: str, packages: tuple[str, ...],
+                     progress: ProgressFn | None = None) -> str:
+    """``envfarm/harbor-apt:<hash>``: the base plus ``packages``, installed on the host side; cached."""
+    digest = hashlib.sha256(f"{BUILDER_VERSION}\0{base_hash}\0{' '.join(sorted(packages))}".encode())
+    key = digest.hexdigest()[:12]
+    tag = f"{APT_REPO}:{key}"
+    with _hash_lock(f"apt-{key}"):
+        if dockerutil.get_image(tag) is not None:
+            return tag
+        source = rootfs.base_dir(base_hash)
+        if not rootfs.is_complete(source):
+            raise ImageBuildError(f"the base rootfs {source} is missing; run `envfarm images build`")
+        with rootfs.staging(f"harbor-apt-{key}") as tmp:
+            _note(progress, f"copying {source.name} to install {len(packages)} apt packages")
+            subprocess.run(["cp", "-a", "--reflink=auto", f"{source}/.", str(tmp)], check=True)
+            _apt_install(tmp, packages, progress)
+            rootfs.postprocess(tmp)  # clears apt caches and lists, resolv.conf; agent stays
+            labels = f"{config.LABEL}=1 {images.NAME_LABEL}=harbor-apt {images.HASH_LABEL}={key} " \
+                     f"envfarm.base_hash={base_hash} {HARBOR_LABEL}=apt"
+            changes = [f"LABEL {labels}", f"ENV PATH={images.IMAGE_PATH}", "ENV LANG=C.UTF-8",
+                       f"WORKDIR {config.AGENT_HOME}", 'CMD ["/bin/bash"]']
+            rootfs.import_into_docker(tmp, tag, changes)
+    return tag
+
+
+def _apt_install(root: Path, packages: tuple[str, ...], progress: ProgressFn | None) -> None:
+    """``apt-get update && apt-get install`` inside ``root`` with the host's network (bwrap as root)."""
+    if shutil.which("bwrap") is None:
+        raise ImageBuildError("bwrap is not installed (it runs apt in the task's rootfs); run `make setup`")
+    script = ("apt-get update -qq && apt-get install -y -q --no-install-recommends "
+              f"{' '.join(shlex.quote(p) for p in packages)} && apt-get clean")
+    cmd = ["bwrap", "--bind", str(root), "/", "--dev", "/dev", "--proc", "/proc",
+           "--perms", "1777", "--tmpfs", "/tmp",  # apt's _apt user writes there
+           "--share-net", "--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf", "--die-with-parent",
+           "/usr/bin/env", "-i", f"PATH={images.IMAGE_PATH}", "DEBIAN_FRONTEND=noninteractive",
+           "LANG=C.UTF-8", "HOME=/root", "/bin/sh", "-c", script]
+    _note(progress, f"apt-get install {' '.join(packages)}")
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=APT_TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+        raise ImageBuildError(f"apt-get install of {' '.join(packages)} ran past {APT_TIMEOUT_S}s") from e
+    for line in done.stdout.splitlines()[-20:]:
+        log.debug("apt: %s", line)
+    if done.returncode != 0:
+        raise ImageBuildError(
+            f"apt-get install {' '.join(packages)} failed (exit {done.returncode}):\n"
+            f"{tail(done.stdout + done.stderr)}\nfix: use Debian's package names (apt-cache search NAME)"
+        )
+
+
+# ------------------------------------------------------------------------------------------- task layer
+
+
+def render(t: Translation) -> str:
+    """The Dockerfile built FROM the apt layer (``ARG BASE``), context files under ``context/``."""
+    lines = ["ARG BASE", "FROM ${BASE}", "USER root", "WORKDIR /"]
+    if t.base.image.split(":")[0].endswith("python"):
+        lines.append("ENV PIP_BREAK_SYSTEM_PACKAGES=1")  # python:* images have no EXTERNALLY-MANAGED pip
+    if t.pip_requirements:
+        lines.append(f"COPY wheelhouse {WHEELHOUSE_IN_IMAGE}")
+    for step in t.steps:
+        lines.append(_render_step(step.kind, step.args))
+    if t.pip_requirements:
+        lines += ["USER root", f"RUN rm -rf {WHEELHOUSE_IN_IMAGE}"]
+        if t.user:
+            lines.append(f"USER {t.user}")
+        lines.append(f"WORKDIR {t.workdir}")
+    return "\n".join(lines) + "\n"
+
+
+def _render_step(kind: str, args: tuple[str, ...]) -> str:
+    if kind == "run":
+        return f"RUN {args[0]}"
+    if kind == "pip":
+        words = " ".join(shlex.quote(a) for a in args)
+        return (f"RUN PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore python3 -m pip install "
+                f"--no-index --find-links {WHEELHOUSE_IN_IMAGE} {words}")
+    if kind in ("copy", "add"):
+        flags = [a for a in args if a.startswith("--")]
+        paths = [a for a in args if not a.startswith("--")]
+        sources = [f"context/{p.lstrip('/')}" for p in paths[:-1]]
+        return f"{kind.upper()} {' '.join(flags)} {json.dumps([*sources, paths[-1]])}".replace("  ", " ")
+    if kind == "env":
+        return f"ENV {args[0]}={json.dumps(args[1])}"
+    return f"{kind.upper()} {args[0]}"
+
+
+def _context(tmp: Path, task_dir: Path, t: Translation) -> Path:
+    folder = tmp / "recipe"
+    shutil.copytree(task_dir / "environment", folder / "context", symlinks=True)
+    (folder / "Dockerfile").write_text(render(t), encoding="utf-8")
+    (folder / "requirements.txt").write_text("".join(f"{r}\n" for r in t.pip_requirements), encoding="utf-8")
+    return folder
+
+
+def _note(progress: ProgressFn | None, message: str) -> None:
+    log.info("%s", message)
+    if progress:
+        progress(message)
+
+
+__all__ = ["HARBOR_LABEL", "TaskImage", "aensure_task_image", "ensure_apt_layer", "ensure_task_image",
+           "render"]

@@ -1,0 +1,92 @@
+"""Harbor task images built for real (docker daemon + the base image, `make setup`): one tiny task, apt +
+pip + COPY + WORKDIR + ENV, run on both isolated backends; translation errors raise before any build."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from envfarm.errors import HarborImageError
+from envfarm.sandbox import Backend
+from envfarm.sandbox.harbor_image import TaskImage, ensure_task_image
+
+DOCKERFILE = """\
+FROM python:3.11-slim
+ARG GREETING=hi
+ENV DEBIAN_FRONTEND=noninteractive
+RUN apt-get update && apt-get install -y --no-install-recommends jq && rm -rf /var/lib/apt/lists/*
+WORKDIR /app
+RUN pip install --no-cache-dir --retries 3 six==1.16.0
+COPY data/hello.txt /app/data/hello.txt
+ENV MY_VAR=${GREETING}-there
+RUN python3 -c "import six" && echo built > /app/built.txt
+"""
+
+
+def _task(root: Path, dockerfile: str, toml: str = "[environment]\ncpus = 1\n") -> Path:
+    task = root / "tiny-harbor-task"
+    (task / "environment" / "data").mkdir(parents=True)
+    (task / "task.toml").write_text(toml)
+    (task / "environment" / "data" / "hello.txt").write_text("hello\n")
+    (task / "environment" / "Dockerfile").write_text(dockerfile)
+    return task
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, TaskImage]:
+    task = _task(tmp_path_factory.mktemp("harbor"), DOCKERFILE)
+    return task, ensure_task_image(task)
+
+
+@pytest.mark.docker
+def test_task_image_fields_and_cache_hit(built: tuple[Path, TaskImage]) -> None:
+    task, image = built
+    assert image.tag.startswith("envfarm/harbor-tiny-harbor-task:")
+    assert (image.python, image.suite, image.workdir, image.user) == ("3.11", "bookworm", "/app", None)
+    assert dict(image.env) == {"DEBIAN_FRONTEND": "noninteractive", "MY_VAR": "hi-there"}
+    assert image.reasons == ()
+    start = time.monotonic()
+    again = ensure_task_image(task)
+    assert time.monotonic() - start < 1.0
+    assert (again.tag, again.image_id, again.built) == (image.tag, image.image_id, False)
+
+
+@pytest.mark.docker
+async def test_task_image_runs_on_both_backends(
+    built: tuple[Path, TaskImage], isolated_backend: Backend
+) -> None:
+    _, image = built
+    script = ("jq --version && python3 -c 'import six' && cat /app/data/hello.txt /app/built.txt "
+              "&& id -u && test -d /workspace && echo $MY_VAR")
+    async with isolated_backend.open(image=image.tag) as sb:
+        # bwrap starts from a clear environment: the caller passes the image's ENV (TaskImage.env)
+        res = await sb.exec(["bash", "-c", script], timeout_s=60, env=dict(image.env))
+    assert res.exit_code == 0, res.stderr
+    assert res.stdout.split() == ["jq-1.6", "hello", "built", "1000", "hi-there"]
+
+
+def test_needs_network_raises_before_building(tmp_path: Path) -> None:
+    task = _task(tmp_path, "FROM python:3.12-slim\nRUN curl -LsSf https://example.com/x.sh | sh\n")
+    with pytest.raises(HarborImageError) as info:
+        ensure_task_image(task)
+    assert info.value.reason == "needs-network"
+    assert info.value.detail.startswith("line 2:")
+
+
+def test_unsupported_base_raises(tmp_path: Path) -> None:
+    task = _task(tmp_path, "FROM node:20\nRUN echo hi\n")
+    with pytest.raises(HarborImageError) as info:
+        ensure_task_image(task)
+    assert info.value.reason == "unsupported-base"
+    assert info.value.reasons[0][0] == "unsupported-base"
+
+
+@pytest.mark.docker
+def test_apt_failure_is_build_failed(tmp_path: Path) -> None:
+    task = _task(tmp_path, "FROM debian:bookworm\nRUN apt-get install -y no-such-package-envfarm\n")
+    with pytest.raises(HarborImageError) as info:
+        ensure_task_image(task)
+    assert info.value.reason == "build-failed"
+    assert "no-such-package-envfarm" in info.value.detail
