@@ -53,6 +53,8 @@ log = logging.getLogger(__name__)
 LATEST = "latest"
 NAME_LABEL = "envfarm.image"
 HASH_LABEL = "envfarm.recipe_hash"
+HARBOR_LABEL = "envfarm.harbor"
+"""``apt`` or ``task`` on the images :mod:`.harbor_image` builds from Harbor task folders."""
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -369,7 +371,7 @@ def list_images() -> list[ImageInfo]:
         if path is None and name == "base" and rootfs.is_complete(rootfs.base_dir(h)):
             path = rootfs.base_dir(h)
         size = round(img.attrs.get("Size", 0) / 1e6, 1)
-        stale = current.get(name) != h
+        stale = _stale(img.labels, current)
         entries[(name, h)] = ImageInfo(
             name, tag_for(name, h), h, size, img.attrs.get("Created"), True, path, stale
         )
@@ -433,9 +435,13 @@ def _prune_docker(current: dict[str, str], all: bool) -> tuple[list[str], int, s
     doomed = [
         img
         for img in _envfarm_images()
-        if all or current.get(img.labels.get(NAME_LABEL, "")) != img.labels.get(HASH_LABEL)
+        if all or _stale(img.labels, current)
     ]
-    for img in sorted(doomed, key=lambda i: str(i.labels.get(NAME_LABEL, "")).startswith("base")):
+    def parents_last(img: Image) -> tuple[bool, bool]:
+        name = str(img.labels.get(NAME_LABEL, ""))
+        return name.startswith("base"), name == "harbor-apt"
+
+    for img in sorted(doomed, key=parents_last):
         for ref in img.tags or [img.id]:
             try:
                 cli.images.remove(ref)
@@ -444,6 +450,14 @@ def _prune_docker(current: dict[str, str], all: bool) -> tuple[list[str], int, s
                 log.warning("kept %s: %s", ref, e.explanation or e)
     live = {img.id for img in _envfarm_images()}
     return removed, max(0, before - _layers_size()), live
+
+
+def _stale(labels: dict[str, str], current: dict[str, str]) -> bool:
+    """A recipe image is stale when its recipe changed; a Harbor task image (label ``envfarm.harbor``, made
+    by :mod:`.harbor_image` from a task folder, not a recipe) when the base it was built on did."""
+    if labels.get(HARBOR_LABEL):
+        return labels.get("envfarm.base_hash") not in current.values()
+    return current.get(labels.get(NAME_LABEL, "")) != labels.get(HASH_LABEL)
 
 
 def _layers_size() -> int:
