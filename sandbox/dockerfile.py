@@ -12,9 +12,9 @@ FROM mapping (the closest envfarm base; the Python actually used is recorded in 
     ==============================================  ===================  ======  ===========================
     FROM                                            envfarm base         Python  extra apt packages
     ==============================================  ===================  ======  ===========================
-    python:3.9*                                     base-bullseye        3.9
-    python:3.10*, 3.11*, 3.12*                      base (bookworm)      3.11
-    python:3.13*, 3.14*                             base-trixie          3.13
+    python:3.9*                                     base-bullseye        3.9     python-is-python3
+    python:3.10*, 3.11*, 3.12*                      base (bookworm)      3.11    python-is-python3
+    python:3.13*, 3.14*                             base-trixie          3.13    python-is-python3
     debian:bullseye* / 11*                          base-bullseye        3.9
     debian:trixie* / 13* / sid / testing            base-trixie          3.13
     debian:* (others, bookworm)                     base (bookworm)      3.11
@@ -28,11 +28,12 @@ FROM mapping (the closest envfarm base; the Python actually used is recorded in 
     anything else                                   unsupported-base
     ==============================================  ===================  ======  ===========================
 
-A Python between two suites (3.10, 3.12) takes bookworm: pinned wheels exist for the older Python more often,
-and its base is the default one. apt version pins (``git=1:2.39.5-0+deb12u2``) are dropped with a note:
-Debian's mirror keeps only the newest point release. The astral ``uv`` installer script
-(``curl -LsSf https://astral.sh/uv/X/install.sh | sh``) becomes the ``uv==X`` wheel from the wheelhouse, with
-``/root/.local/bin/uv`` linked where the script would put it.
+``python:*`` images get ``python-is-python3``: they have a ``python`` command. A Python between two suites
+(3.10, 3.12) takes bookworm: pinned wheels exist for the older Python more often, and its base is the
+default one. apt version pins (``git=1:2.39.5-0+deb12u2``) are dropped with a note: Debian's mirror keeps
+only the newest point release. The astral ``uv`` installer script
+(``curl -LsSf https://astral.sh/uv/X/install.sh | sh``) becomes the ``uv==X`` wheel from the wheelhouse,
+copied to ``/root/.local/bin/`` where the script would put it.
 """
 
 from __future__ import annotations
@@ -379,7 +380,7 @@ def _python_base(image: str, tag: str) -> BaseMapping:
     note = "" if python == f"3.{minor}" else f"{image}: Python {python} (Debian {suite}), not 3.{minor}"
     if not m:
         note = f"{image}: no Python version in the tag; Python {python} (Debian {suite})"
-    return BaseMapping(image, suite, python, note=note)
+    return BaseMapping(image, suite, python, ("python-is-python3",), note=note)
 
 
 def _debian_suite(tag: str) -> tuple[str, str]:

@@ -30,8 +30,8 @@ _PIP_CMD = re.compile(r"^(pip3?(\.\d+)?|python3?(\.\d+)?\s+-m\s+pip|uv\s+pip)\s+
 _UV_INSTALLER = re.compile(
     r"\b(curl|wget)\b[^|]*https?://astral\.sh/uv/(?:(\d[\w.]*)/)?install\.sh[^|]*\|\s*(env\s+\S+\s+)*(ba)?sh\b"
 )
-_UV_LINK = "mkdir -p /root/.local/bin && ln -sf /usr/local/bin/uv /usr/local/bin/uvx /root/.local/bin/"
-"""Where the uv installer script puts uv, which Dockerfiles then copy or put on PATH."""
+_UV_LINK = "mkdir -p /root/.local/bin && cp /usr/local/bin/uv /usr/local/bin/uvx /root/.local/bin/"
+"""Where the uv installer script puts uv (copies: Dockerfiles then `cp` them to /usr/local/bin)."""
 _NETWORK = (
     (re.compile(r"\b(curl|wget)\b[^|;&]*\b(https?|ftp)://"), "downloads a URL"),
     (re.compile(r"\bgit\s+(clone|fetch|pull|submodule\s+update|ls-remote)\b"), "fetches a git repository"),
@@ -151,8 +151,9 @@ def _words(command: str) -> list[str]:
     except ValueError:
         words = command.split()
     out = []
-    for w in words:
-        if w in ("|", "||", "&", "|&") or re.match(r"^\d*[<>]", w) or w.startswith((">", "<")):
+    for i, w in enumerate(words):
+        redirect = w.isdigit() and i + 1 < len(words) and words[i + 1].startswith((">", "<"))  # 2>/dev/null
+        if w in ("|", "||", "&", "|&") or redirect or w.startswith((">", "<")):
             break
         out.append(w)
     return out

@@ -59,12 +59,12 @@ async def test_task_image_runs_on_both_backends(
 ) -> None:
     _, image = built
     script = ("jq --version && python3 -c 'import six' && cat /app/data/hello.txt /app/built.txt "
-              "&& id -u && test -d /workspace && echo $MY_VAR")
+              "&& id -u && test -d /workspace && python -c 'print(1)' && echo $MY_VAR")
     async with isolated_backend.open(image=image.tag) as sb:
         # bwrap starts from a clear environment: the caller passes the image's ENV (TaskImage.env)
         res = await sb.exec(["bash", "-c", script], timeout_s=60, env=dict(image.env))
     assert res.exit_code == 0, res.stderr
-    assert res.stdout.split() == ["jq-1.6", "hello", "built", "1000", "hi-there"]
+    assert res.stdout.split() == ["jq-1.6", "hello", "built", "1000", "1", "hi-there"]
 
 
 def test_needs_network_raises_before_building(tmp_path: Path) -> None:
