@@ -3,6 +3,7 @@
     envfarm tasks mine --package attrs==23.1.0 --instances attrs.jsonl     # one JSONL of task instances
     envfarm tasks mine --packages-file projects.txt --out catalogue/        # a folder: one JSONL per project
     envfarm tasks repos --instances attrs.jsonl --out rebuilt/              # their repos and env specs
+    envfarm tasks export --format harbor --out harbor/                # the built-in tasks, Harbor dirs
 """
 
 from __future__ import annotations
@@ -237,6 +238,42 @@ def repos_command(
     console.print(f"{len(rows)} rows: repos in {repos}, specs in {specs}\n"
                   f"evaluate: envfarm harness run --instances {tasks} --repo-source {repos} --specs {specs} "
                   "--predictions gold --run-id check", highlight=False)
+
+
+@app.command("export")
+def export_command(
+    out: Annotated[Path, typer.Option("--out", help="Folder for the task folders (one per task).")],
+    export_format: Annotated[str, typer.Option(
+        "--format", help="Task directory format: harbor (task.toml, instruction.md, environment/, tests/, "
+        "solution/).")] = "harbor",
+    instances: Annotated[Path | None, typer.Option(
+        "--instances", help="Task instances (SWE-bench rows: JSON, JSONL, parquet, a datasets folder, or a "
+        "`tasks mine` catalogue folder); default: the built-in tasks.")] = None,
+    instance_ids: Annotated[list[str] | None, typer.Option(
+        "--instance-ids", help="Instance ids to export: --instance-ids A B C (default: all).")] = None,
+    repo_source: Annotated[str | None, typer.Option(
+        "--repo-source", help="Folder of git repos named owner__name(.git), or a git URL prefix "
+        "(https://github.com/, git://HOST/): cloned once into $ENVFARM_HOME/harness/git, then the commits "
+        "fetched.")] = None,
+    specs: Annotated[list[Path] | None, typer.Option(
+        "--specs", help="Extra spec files/folders (before images/swebench/).")] = None,
+) -> None:
+    """Export CodeRepair tasks as task directories; builds each task's image first when it is missing."""
+    from envfarm.envs.code_repair.env import CodeRepairEnv
+    from envfarm.envs.code_repair.harbor_export import Exported, export_harbor
+
+    if export_format != "harbor":
+        raise ConfigError(f"--format {export_format}: the one export format is harbor")
+    env = CodeRepairEnv(tasks=instances, instance_ids=instance_ids, repo_source=repo_source,
+                        specs=tuple(specs or ()))
+    with _progress() as bar:
+        task = bar.add_task("export (harbor)", total=len(env.plans), extra="")
+
+        def advance(item: Exported) -> None:
+            bar.update(task, advance=1, extra=item.instance_id)
+
+        done = asyncio.run(export_harbor(env, out, progress=advance))
+    console.print(f"{len(done)} Harbor task folders in {out}", highlight=False, soft_wrap=True)
 
 
 def _progress() -> Progress:
