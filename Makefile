@@ -12,6 +12,7 @@ FAST_MARKERS := not docker and not bwrap and not slow and not gpu
 help:
 	@echo "make setup      system packages, dockerd, .venv, images; each step timed (VLLM=1: also the ~3.4 GB"
 	@echo "                vLLM engine venv .venv-vllm for --engine vllm; its tests skip without it)"
+	@echo "                .venv-harbor: Harbor's task loader (Python >= 3.12) for the Harbor export tests"
 	@echo "make test       setup, then the whole test suite (PYTEST_ARGS='-k foo' to select; VLLM=1 as above)"
 	@echo "make test-fast  .venv only, then the tests that need no docker, rootfs or images and are not slow"
 	@echo "make demo       setup, then envfarm demo: farm, containment, harness verdicts, CodeRepair, training"

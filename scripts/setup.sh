@@ -24,6 +24,8 @@ STAMP="$VENV/.stamp"  # newer than pyproject.toml and the constraints file, and 
 CONSTRAINTS=${ENVFARM_CONSTRAINTS:-constraints.txt}  # pinned versions for .venv; `none`: pyproject's ranges only
 ENGINE_VENV=.venv-vllm  # envfarm.trainer.vllm_engine looks for it next to .venv (ENVFARM_VLLM_PYTHON overrides)
 WANT_ENGINE=${ENVFARM_VLLM:-0}  # 1: install the vLLM engine venv too (`make setup VLLM=1`)
+HARBOR_VENV=.venv-harbor  # Harbor's task loader and CLI (Python >= 3.12): the Harbor export tests load with it
+HARBOR_VERSION=0.26.0
 DOCKERD_PID=/var/run/envfarm-dockerd.pid
 DOCKERD_LOG=/var/log/envfarm-dockerd.log
 DOCKERD_WAIT_S=60
@@ -302,6 +304,36 @@ skip_engine() {
     fi
 }
 
+harbor_python() {
+    # an interpreter >= 3.12 for .venv-harbor: python3.12/python3.13 on PATH, else pyenv's newest such build
+    local py
+    for py in python3.12 python3.13 /root/.pyenv/versions/3.12*/bin/python3 /root/.pyenv/versions/3.13*/bin/python3
+    do
+        if command -v "$py" >/dev/null 2>&1 \
+            && "$py" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+            command -v "$py"
+            return
+        fi
+    done
+    return 1
+}
+
+harbor_venv() {
+    local stamp="$HARBOR_VENV/.stamp" py
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "harbor==$HARBOR_VERSION" ]; then
+        say "$HARBOR_VENV has harbor==$HARBOR_VERSION"
+        return
+    fi
+    py=$(harbor_python) || die "no Python >= 3.12 for $HARBOR_VENV (install python3.12 or a pyenv build)"
+    say "creating $HARBOR_VENV with $py"
+    rm -rf "$HARBOR_VENV"
+    "$py" -m venv "$HARBOR_VENV"
+    "$HARBOR_VENV/bin/python" -m pip install -q "harbor==$HARBOR_VERSION"
+    "$HARBOR_VENV/bin/python" -c 'from harbor.models.task.task import Task' \
+        || die "$HARBOR_VENV: harbor does not import (see above); remove $HARBOR_VENV and run \`make setup\`"
+    echo "harbor==$HARBOR_VERSION" > "$stamp"
+}
+
 images() {
     "$VENV/bin/envfarm" images build
     rootfs_reachable
@@ -333,6 +365,7 @@ main() {
     else
         step "vLLM engine venv" "skipped (ENVFARM_VLLM=${WANT_ENGINE:-unset})" skip_engine
     fi
+    step "harbor venv" "$HARBOR_VENV with harbor==$HARBOR_VERSION (Python >= 3.12), when missing" harbor_venv
     step "images" "envfarm images build (base rootfs + docker images; cached by content hash)" images
     printf '%s==> setup done in %s s%s\n' "$BOLD" "$(seconds_since "$t0")" "$PLAIN"
 }
