@@ -29,6 +29,9 @@
     │   │                                     images/swebench/<owner>__<name>.toml (the message names it)
     │   ├── RepoNotFound (LookupError)        no repository or base commit in --repo-source -> clone/fetch it
     │   └── PatchApplyError                   a patch applies with none of SWE-bench's fallback commands
+    ├── HarborTaskError (ValueError)          a Harbor task folder that is missing a file or has a malformed
+    │   │                                     task.toml: the message names the file and the fix
+    │   └── HarborTaskNotFound (LookupError)  an unknown task id (with "did you mean")
     ├── TaskFactoryError                      `envfarm tasks mine`: a bad --package, no sdist, no tests
     │   └── PackageNotFound (LookupError)     no such package/version (or no sdist of it) on the index
     ├── RolloutError                          the rollout farm (envfarm/rollout)
@@ -168,6 +171,15 @@ class RepoNotFound(HarnessError, LookupError):
 
 class PatchApplyError(HarnessError):
     """A patch did not apply with ``git apply``, ``git apply --reject`` or ``patch --fuzz``."""
+
+
+class HarborTaskError(FarmError, ValueError):
+    """A Harbor task folder that cannot be loaded: a missing ``task.toml``/``instruction.md``/
+    ``tests/test.sh`` or a malformed field; the message names the file and the fix."""
+
+
+class HarborTaskNotFound(HarborTaskError, LookupError):
+    """A requested Harbor task id is not among the loaded task folders."""
 
 
 class TaskFactoryError(FarmError):

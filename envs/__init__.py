@@ -22,6 +22,8 @@ BUILTIN = {
                              "Customer-service desk: look up and modify orders under written policy rules"),
     "envfarm/CodeRepair-v0": ("envfarm.envs.code_repair.env:CodeRepairEnv",
                               "Fix a reported bug in a real repository; graded by the SWE-bench harness"),
+    "envfarm/Harbor-v0": ("envfarm.envs.harbor.env:HarborEnv",
+                          "A Harbor task folder: instruction.md, bash, graded by its tests/test.sh"),
 }
 
 
