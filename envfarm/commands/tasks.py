@@ -24,6 +24,7 @@ from rich.table import Table
 from envfarm.errors import ConfigError
 from envfarm.sandbox.values import DEFAULT_BACKEND
 
+from .harness import IdsOpt, RepoSourceOpt, SpecsOpt, parse_ids
 from .options import deprecated, old_spelling
 
 if TYPE_CHECKING:
@@ -240,8 +241,9 @@ def repos_command(
                   "--predictions gold --run-id check", highlight=False)
 
 
-@app.command("export")
+@app.command("export", context_settings={"allow_extra_args": True})
 def export_command(
+    ctx: typer.Context,
     out: Annotated[Path, typer.Option("--out", help="Folder for the task folders (one per task).")],
     export_format: Annotated[str, typer.Option(
         "--format", help="Task directory format: harbor (task.toml, instruction.md, environment/, tests/, "
@@ -249,14 +251,9 @@ def export_command(
     instances: Annotated[Path | None, typer.Option(
         "--instances", help="Task instances (SWE-bench rows: JSON, JSONL, parquet, a datasets folder, or a "
         "`tasks mine` catalogue folder); default: the built-in tasks.")] = None,
-    instance_ids: Annotated[list[str] | None, typer.Option(
-        "--instance-ids", help="Instance ids to export: --instance-ids A B C (default: all).")] = None,
-    repo_source: Annotated[str | None, typer.Option(
-        "--repo-source", help="Folder of git repos named owner__name(.git), or a git URL prefix "
-        "(https://github.com/, git://HOST/): cloned once into $ENVFARM_HOME/harness/git, then the commits "
-        "fetched.")] = None,
-    specs: Annotated[list[Path] | None, typer.Option(
-        "--specs", help="Extra spec files/folders (before images/swebench/).")] = None,
+    instance_ids: IdsOpt = None,
+    repo_source: RepoSourceOpt = None,
+    specs: SpecsOpt = None,
 ) -> None:
     """Export CodeRepair tasks as task directories; builds each task's image first when it is missing."""
     from envfarm.envs.code_repair.env import CodeRepairEnv
@@ -264,8 +261,8 @@ def export_command(
 
     if export_format != "harbor":
         raise ConfigError(f"--format {export_format}: the one export format is harbor")
-    env = CodeRepairEnv(tasks=instances, instance_ids=instance_ids, repo_source=repo_source,
-                        specs=tuple(specs or ()))
+    ids = parse_ids(instance_ids, ctx.args)
+    env = CodeRepairEnv(tasks=instances, instance_ids=ids, repo_source=repo_source, specs=tuple(specs or ()))
     with _progress() as bar:
         task = bar.add_task("export (harbor)", total=len(env.plans), extra="")
 

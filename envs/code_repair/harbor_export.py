@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envfarm.errors import HarnessError
-from envfarm.harness import canary, repos
+from envfarm.harness import _swebench, canary, repos
 from envfarm.harness.images import PRISTINE, WORKDIR, ImageBuilder
 from envfarm.harness.layout import ENV_SH
 from envfarm.harness.run import GIT, RESTORE, eval_script
@@ -215,9 +215,10 @@ def patched_test_files(env: CodeRepairEnv, plan: Plan) -> dict[str, str]:
 def grade_config(plan: Plan, canaries: tuple[canary.Canary, ...]) -> dict[str, object]:
     """What grade.py needs: the row's test lists and the planted canaries."""
     inst = plan.instance
-    if plan.log_parser != "parse_log_pytest":
+    registry = _swebench.load().log_parsers.PARSER_REGISTRY
+    if registry[plan.log_parser] is not registry["parse_log_pytest"]:
         raise ExportError(f"{inst.instance_id}: its log parser is {plan.log_parser}; the exported verifier "
-                          "reads pytest -rA output only (parse_log_pytest)")
+                          "reads pytest -rA output only (swebench's parse_log_pytest and its aliases)")
     return {"instance_id": inst.instance_id, "FAIL_TO_PASS": list(inst.fail_to_pass),
             "PASS_TO_PASS": list(inst.pass_to_pass), "eval_type": plan.eval_type,
             "canaries": [{"name": c.name, "must_pass": c.must_pass, "module": c.module} for c in canaries]}

@@ -23,6 +23,8 @@ from pathlib import Path
 
 STATUSES = ("PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL")
 PASSING = ("PASSED", "XFAIL")
+SKIP_SUMMARY = re.compile(r"^\[\d+\]$")
+"""pytest's ``SKIPPED [N] path:line: reason`` summary line names no test."""
 START, END, EXIT = ">>>>> Start Test Output", ">>>>> End Test Output", ">>>>> Test Exit Code"
 
 
@@ -34,7 +36,7 @@ def parse_pytest(log: str) -> dict[str, str]:
             if line.startswith("FAILED"):
                 line = line.replace(" - ", " ")
             parts = line.split()
-            if len(parts) > 1:
+            if len(parts) > 1 and not (parts[0] == "SKIPPED" and SKIP_SUMMARY.match(parts[1])):
                 status[parts[1]] = parts[0]
     return status
 
