@@ -10,8 +10,9 @@ number: the reward) or else ``/logs/verifier/reward.json`` (a flat dict of named
   paths ``/tests`` and ``/logs`` rewritten to it. The agent never sees ``tests/``.
 - Before the verifier runs, every process of the sandbox but its agent is killed (``kill -9 -1``: a
   background writer the agent left cannot touch the reward after test.sh).
-- The reward: ``reward.txt``'s number; else ``reward.json``'s ``"reward"`` key, else its only value, else
-  the mean of its numeric values (Harbor keeps the whole dict; ``info["rewards"]`` has it here too).
+- The reward, read as Harbor 0.26 reads it: ``reward.json`` when it exists, else ``reward.txt`` (one number).
+  Harbor keeps reward.json's dict of named rewards as is (``info["rewards"]`` has it here); the env's one
+  reward is its ``"reward"`` key, else its only value, else the mean of its values.
   A missing, empty or garbled reward file, a non-zero exit of test.sh without a reward, and a verifier
   timeout are the policy's failures: reward 0 with ``info["reason"]``, never an infrastructure error.
 """
@@ -37,9 +38,8 @@ from .task import HarborTask
 VERIFY_PREFIX = "/tmp/envfarm-verify-"
 SOLUTION_DIR = "/tmp/envfarm-solution"
 KILL_OTHERS = "kill -9 -1 2>/dev/null; sleep 0.05; kill -9 -1 2>/dev/null; true"
-_READ = ('if [ -s "$1/reward.txt" ]; then echo txt; cat "$1/reward.txt"; '
-         'elif [ -s "$1/reward.json" ]; then echo json; cat "$1/reward.json"; '
-         'elif [ -e "$1/reward.txt" ] || [ -e "$1/reward.json" ]; then echo empty; else echo none; fi')
+_READ = ('for k in json txt; do f="$1/reward.$k"; if [ -e "$f" ]; then '
+         'if [ -s "$f" ]; then echo "$k"; cat "$f"; else echo empty; fi; exit 0; fi; done; echo none')
 
 
 @dataclass(frozen=True)
@@ -133,12 +133,14 @@ def parse_reward(text: str) -> tuple[float, dict[str, float], str | None]:
 
 
 def _from_dict(data: Any) -> tuple[float, dict[str, float], str | None]:
+    if isinstance(data, (int, float)) and not isinstance(data, bool):
+        data = {"reward": data}
     if not isinstance(data, dict):
-        return 0.0, {}, "garbled reward.json: not a JSON object"
-    rewards = {str(k): float(v) for k, v in data.items()
-               if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    if not rewards:
-        return 0.0, {}, "garbled reward.json: no numeric value"
+        return 0.0, {}, "garbled reward.json: not a JSON object or number"
+    bad = [k for k, v in data.items() if isinstance(v, bool) or not isinstance(v, (int, float))]
+    if bad or not data:
+        return 0.0, {}, f"garbled reward.json: {'no values' if not data else f'{bad[0]!r} is not a number'}"
+    rewards = {str(k): float(v) for k, v in data.items()}
     if "reward" in rewards:
         return _finite(rewards["reward"], rewards)
     if len(rewards) == 1:
