@@ -115,3 +115,18 @@ def test_the_verifier_fails_a_run_that_drops_or_flips_canaries(tmp_path: Path) -
         harbor_grade.main(str(tmp_path / "config.json"), str(tmp_path / "raw"), "0", str(out))
         assert (out / "reward.txt").read_text().strip() == want, log
         assert (out / "test_output.txt").read_text().startswith(">>>>> Start Test Output")
+
+
+@pytest.mark.docker
+def test_the_cli_exports_the_named_builtin_tasks(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from envfarm.cli import app
+
+    ids = [p.instance.instance_id for p in CodeRepairEnv().plans[:2]]
+    res = CliRunner().invoke(app, ["tasks", "export", "--format", "harbor", "--out", str(tmp_path),
+                                   "--instance-ids", *ids])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(ids)
+    bad = CliRunner().invoke(app, ["tasks", "export", "--format", "zip", "--out", str(tmp_path)])
+    assert bad.exit_code != 0 and "harbor" in bad.output
