@@ -133,3 +133,20 @@ def test_conformance_on_bwrap() -> None:
     register("tests/HarborTiny-v0", HarborEnv, tasks=str(TASKS), image_for=base_image)
     report = run_conformance("tests/HarborTiny-v0", backend="bwrap", seeds=2, leak_episodes=2, vector=False)
     assert report.passed, report.failures
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("backend", ["docker", "bwrap"])
+async def test_the_task_image_from_its_dockerfile(tmp_path: Path, backend: str) -> None:
+    folder = write_task(tmp_path, "built")
+    (folder / "environment" / "Dockerfile").write_text(
+        "FROM python:3.11-slim\nENV MARK=from-dockerfile\nWORKDIR /workspace\n")
+    env = HarborEnv(tasks=tmp_path, backend=backend)  # the default image_for: ensure_task_image
+    try:
+        await env.areset(seed=0)
+        _, _, _, _, _ = await env.astep(bash("test \"$MARK\" = from-dockerfile && pwd"))
+        assert "/workspace" in env.transcript[-1] and "exit code" not in env.transcript[-1]
+        assert (await play(env, env.oracle()))[0] == 1.0
+        assert (await play(env, [SUBMIT]))[0] == 0.0
+    finally:
+        await env.aclose()
