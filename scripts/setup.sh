@@ -305,10 +305,9 @@ skip_engine() {
 }
 
 harbor_python() {
-    # an interpreter >= 3.12 for .venv-harbor: python3.12/python3.13 on PATH, else pyenv's newest such build
-    local py
-    for py in python3.12 python3.13 /root/.pyenv/versions/3.12*/bin/python3 /root/.pyenv/versions/3.13*/bin/python3
-    do
+    # an interpreter >= 3.12 for .venv-harbor: python3.12/python3.13 on PATH, else a pyenv 3.12/3.13 build
+    local py pyenv=${PYENV_ROOT:-$HOME/.pyenv}/versions
+    for py in python3.12 python3.13 "$pyenv"/3.12*/bin/python3 "$pyenv"/3.13*/bin/python3; do
         if command -v "$py" >/dev/null 2>&1 \
             && "$py" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
             command -v "$py"
