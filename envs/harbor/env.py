@@ -186,7 +186,7 @@ class HarborEnv(AgentEnv[HarborTask]):
     async def _verify(self) -> Outcome:
         assert self.task is not None
         v = await verify(self._sb, self.task, self._task_image.workdir, self._env_vars)
-        info = {"reward_source": "reward.txt/json" if v.reason is None else None, "reason": v.reason,
+        info = {"reward_source": v.source, "reason": v.reason,
                 "rewards": dict(v.rewards), "verifier_output": v.output, "verifier_exit_code": v.exit_code,
                 "verifier_s": round(v.seconds, 3)}
         said = f"Reward {v.reward:g}." if v.reason is None else f"Reward 0: {v.reason}."

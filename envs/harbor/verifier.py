@@ -53,6 +53,8 @@ class Verdict:
     output: str = ""
     exit_code: int | None = None
     seconds: float = 0.0
+    source: str | None = None
+    """``reward.json`` or ``reward.txt``: the file the reward was read from."""
 
 
 def rewrite_paths(text: str, mapping: Mapping[str, str]) -> str:
@@ -109,7 +111,9 @@ async def verify(sb: Sandbox, task: HarborTask, cwd: str, env: Mapping[str, str]
     await sb.exec(KILL_OTHERS, timeout_s=10, cwd="/")
     got = await sb.exec(["bash", "-c", _READ, "read", f"{root}/logs/verifier"], timeout_s=10, cwd="/")
     reward, rewards, reason = parse_reward(got.stdout)
-    return Verdict(reward, reason, rewards, output, res.exit_code, res.duration)
+    kind = got.stdout.partition("\n")[0]
+    source = f"reward.{kind}" if kind in ("txt", "json") else None
+    return Verdict(reward, reason, rewards, output, res.exit_code, res.duration, source)
 
 
 def parse_reward(text: str) -> tuple[float, dict[str, float], str | None]:

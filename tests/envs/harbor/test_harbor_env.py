@@ -73,6 +73,7 @@ async def test_reward_json_missing_and_garbled_rewards(tmp_path: Path, make_env:
     env = make_env()
     reward, info = await play(env, [SUBMIT], seed=0)
     assert reward == 0.5 and info["rewards"] == {"reward": 0.5, "style": 1.0}
+    assert info["reward_source"] == "reward.json"
     reward, info = await play(env, [SUBMIT], seed=1)
     assert reward == 0.0 and "missing" in info["reason"] and "tests ran" in info["verifier_output"]
     assert "infra_error" not in info
