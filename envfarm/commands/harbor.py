@@ -49,11 +49,11 @@ def validate_cmd(
 ) -> None:
     """Per task: build its image offline, run its oracle (solution/solve.sh) and a no-op agent; write
     validate.json and validate.md with a reason for every task that does not validate."""
-    from envfarm.envs.harbor.task import load_tasks
+    from envfarm.envs.harbor.task import select_dirs
     from envfarm.envs.harbor.validate import Event, ValidateConfig, num, validate_tasks
 
     ids = tuple(i for given in task_ids or () for i in given.split())
-    total = len(load_tasks(tasks, list(ids) or None))  # unknown ids fail here, before any build
+    total = len(select_dirs(tasks, list(ids) or None))  # unknown ids fail here, before any build
     config = ValidateConfig(tasks=tasks, report_dir=report_dir, task_ids=ids, run_id=run_id,
                             max_workers=max_workers, repeat=repeat, backend=backend)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())

@@ -159,30 +159,33 @@ def is_task_dir(path: Path) -> bool:
     return (path / "task.toml").is_file()
 
 
-def load_tasks(path: str | Path, task_ids: Sequence[str] | None = None) -> list[HarborTask]:
-    """The tasks of ``path`` (a folder of task folders, or one task folder), sorted by name; ``task_ids``
-    picks some by folder name (HarborTaskNotFound with a suggestion for an unknown one)."""
+def select_dirs(path: str | Path, task_ids: Sequence[str] | None = None) -> list[Path]:
+    """The task folders of ``path`` (a folder of task folders, or one task folder) sorted by name, without
+    reading them; ``task_ids`` picks some by folder name (HarborTaskNotFound with a suggestion)."""
     root = Path(path)
     if not root.is_dir():
         raise HarborTaskError(f"{root} is not a folder; pass a Harbor task folder or a folder of them")
     if is_task_dir(root):
-        tasks = [load_task(root)]
-    else:
-        tasks = [load_task(p) for p in sorted(root.iterdir()) if p.is_dir() and is_task_dir(p)]
-    if not tasks:
+        return [root]
+    found = sorted((p for p in root.iterdir() if p.is_dir() and is_task_dir(p)), key=lambda p: p.name)
+    if not found:
         raise HarborTaskError(f"{root} holds no Harbor task folder (none has a task.toml); pass the folder "
                               "that holds the task folders")
-    tasks.sort(key=lambda t: t.name)
-    if task_ids:
-        by_name = {t.name: t for t in tasks}
-        for wanted in task_ids:
-            if wanted not in by_name:
-                hint = difflib.get_close_matches(wanted, list(by_name), n=1)
-                did = f"; did you mean {hint[0]!r}?" if hint else f"; {len(tasks)} tasks are in {root}"
-                raise HarborTaskNotFound(f"no Harbor task {wanted!r} in {root}{did}")
-        tasks = [by_name[w] for w in dict.fromkeys(task_ids)]
-        tasks.sort(key=lambda t: t.name)
-    return tasks
+    if not task_ids:
+        return found
+    by_name = {p.name: p for p in found}
+    for wanted in task_ids:
+        if wanted not in by_name:
+            hint = difflib.get_close_matches(wanted, list(by_name), n=1)
+            did = f"; did you mean {hint[0]!r}?" if hint else f"; {len(found)} tasks are in {root}"
+            raise HarborTaskNotFound(f"no Harbor task {wanted!r} in {root}{did}")
+    return sorted((by_name[w] for w in dict.fromkeys(task_ids)), key=lambda p: p.name)
 
 
-__all__ = ["HarborLimits", "HarborTask", "is_task_dir", "load_task", "load_tasks"]
+def load_tasks(path: str | Path, task_ids: Sequence[str] | None = None) -> list[HarborTask]:
+    """The tasks of ``path`` (see :func:`select_dirs`), read, sorted by name; only the picked folders are
+    read, so a malformed task elsewhere in the folder does not stop them."""
+    return sorted((load_task(p) for p in select_dirs(path, task_ids)), key=lambda t: t.name)
+
+
+__all__ = ["HarborLimits", "HarborTask", "is_task_dir", "load_task", "load_tasks", "select_dirs"]

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from envfarm.errors import ConfigError, FarmError, InfraError
+from envfarm.errors import ConfigError, FarmError, HarborTaskError, InfraError
 from envfarm.sandbox import DEFAULT_BACKEND
 
 log = logging.getLogger(__name__)
@@ -135,26 +135,39 @@ class _Runs:
 
 async def validate_tasks(config: ValidateConfig, progress: ProgressFn | None = None) -> Validation:
     """Validate every task of ``config`` (``max_workers`` at once); write validate.json and validate.md."""
-    from .task import load_tasks
+    from .task import select_dirs
 
-    tasks = await asyncio.to_thread(load_tasks, config.tasks, list(config.task_ids) or None)
+    folders = await asyncio.to_thread(select_dirs, config.tasks, list(config.task_ids) or None)
     rows_dir = config.report_dir / "runs" / config.run_id
     await asyncio.to_thread(rows_dir.mkdir, parents=True, exist_ok=True)
     gate = asyncio.Semaphore(config.max_workers)
 
-    async def one(task: Any) -> TaskRow:
+    async def one(folder: Path) -> TaskRow:
         async with gate:
-            row = await _resumed(rows_dir, task.name) or await validate_one(task, config, progress)
+            row = (await _resumed(rows_dir, folder.name)
+                   or await _loaded_and_validated(folder, config, progress))
             await asyncio.to_thread(_write_row, rows_dir, row)
         if progress:
-            progress(Event(task.name, "done", row))
+            progress(Event(folder.name, "done", row))
         return row
 
     async with asyncio.TaskGroup() as group:
-        running = [group.create_task(one(t)) for t in tasks]
+        running = [group.create_task(one(f)) for f in folders]
     rows = tuple(t.result() for t in running)
     paths = await asyncio.to_thread(write_reports, config.report_dir, config.run_id, rows)
     return Validation(config.run_id, rows, *paths)
+
+
+async def _loaded_and_validated(folder: Path, config: ValidateConfig, progress: ProgressFn | None) -> TaskRow:
+    """A task folder that does not load is a row too: without tests/test.sh it has no verifier."""
+    from .task import load_task
+
+    try:
+        task = await asyncio.to_thread(load_task, folder)
+    except HarborTaskError as e:
+        reason = "verifier-failed" if "test.sh" in str(e) else "unknown"
+        return TaskRow(folder.name, False, None, None, reason, _first_lines(str(e)), 0.0)
+    return await validate_one(task, config, progress)
 
 
 async def validate_one(task: Any, config: ValidateConfig, progress: ProgressFn | None = None) -> TaskRow:
@@ -205,6 +218,8 @@ async def run_episode(task_dir: Path, backend: str, agent: Agent) -> tuple[float
     """One ``envfarm/Harbor-v0`` episode of the task in ``task_dir``: the oracle's actions, or a submit at
     once; returns the final reward and info."""
     import gymnasium
+
+    import envfarm.envs  # noqa: F401  (registers envfarm/Harbor-v0)
 
     env = gymnasium.make("envfarm/Harbor-v0", tasks=task_dir, backend=backend).unwrapped
     try:
