@@ -22,7 +22,9 @@
     │       ├── LeaseExpired                  a pool lease outlived its deadline and was reclaimed
     │       ├── ExecTimeout (TimeoutError)    a command ran past its timeout (raised with check=True)
     │       ├── ExecFailed                    a command exited non-zero (raised with check=True)
-    │       └── SandboxFileError (OSError)    read/write/upload/download failed inside the sandbox
+    │       ├── SandboxFileError (OSError)    read/write/upload/download failed inside the sandbox
+    │       └── ForkError                     sandbox.fork() failed: a dead parent, a failed copy
+    │           └── ForkUnsupported           this backend cannot fork (the message names one that can)
     ├── HarnessError                          the SWE-bench harness (envfarm/harness)
     │   ├── DatasetError (ValueError)         an instances/predictions file that is unreadable or malformed
     │   ├── SpecNotFound (LookupError)        no environment spec for a repo/version -> write
@@ -151,6 +153,18 @@ class ExecFailed(SandboxError):
 
 class SandboxFileError(SandboxError, OSError):
     """A file operation inside the sandbox failed (missing path, permission, no space)."""
+
+
+class ForkError(SandboxError):
+    """``sandbox.fork()`` failed: the parent is dead, or copying its files into the child failed."""
+
+
+class ForkUnsupported(ForkError):
+    """The backend cannot fork a live sandbox; the message names one that can."""
+
+    def __init__(self, what: str, fix: str = "open the sandbox on the bwrap backend") -> None:
+        super().__init__(f"{what}; fix: {fix}")
+        self.fix = fix
 
 
 class HarnessError(FarmError):

@@ -33,6 +33,8 @@ from typing import Any, ClassVar
 
 from envfarm.errors import (
     ConfigError,
+    ForkError,
+    ForkUnsupported,
     SandboxCrashed,
     SandboxError,
     SandboxFileError,
@@ -44,6 +46,8 @@ from .transfer import Transfers
 from .values import TIMEOUTS, ExecResult, Limits
 
 log = logging.getLogger(__name__)
+PARENT_LABEL = "envfarm.parent"
+"""Label of a forked sandbox that names its parent's id (docker shows it in `envfarm sandbox list`)."""
 _SANDBOX_NUMBERS = itertools.count(1)
 """Sandbox numbers of this process (``next`` is atomic under the GIL)."""
 
@@ -90,6 +94,21 @@ class Sandbox(Transfers):
 
     def __repr__(self) -> str:
         return f"<Sandbox {self.backend.name}:{self.id} image={self.spec.image or 'base'}>"
+
+    @property
+    def parent_id(self) -> str | None:
+        """Id of the sandbox this one was forked from; None for a sandbox that was opened."""
+        return self.spec.labels.get(PARENT_LABEL)
+
+    async def fork(self) -> Sandbox:
+        """A new live sandbox whose writable paths are a copy of this one's now; the caller closes it.
+
+        Same image and limits. The copy is taken between two commands (a command in flight finishes
+        first). Processes are not copied: the child's agent starts fresh, background processes of this
+        sandbox do not exist in the child. Both sides are independent afterwards: writes, deletions and
+        permission changes in one are never seen by the other, and closing this sandbox leaves its
+        children running. Raises ForkUnsupported on a backend that cannot fork, ForkError otherwise."""
+        return await self.backend._fork_sandbox(self)
 
     @property
     def alive(self) -> bool:
@@ -257,6 +276,32 @@ class Backend(ABC):
         """Start an isolated sandbox running ``agent_argv()`` and return its handle.
 
         Must clean up after itself when it fails or is cancelled half-way."""
+
+    async def _fork(self, parent: Sandbox, child: Sandbox) -> None:
+        """Copy ``parent``'s writable paths into the freshly started ``child`` (same image and limits).
+
+        Called with the parent's command lock held. Backends that can fork override it."""
+        raise ForkUnsupported(f"the {self.name} backend cannot fork sandboxes")
+
+    async def _fork_sandbox(self, parent: Sandbox) -> Sandbox:
+        if type(self)._fork is Backend._fork:
+            await self._fork(parent, parent)  # raises ForkUnsupported before anything starts
+        if not parent.alive:
+            raise ForkError(f"cannot fork {parent}: it is {parent._dead or 'closed'}")
+        labels = {**parent.spec.labels, PARENT_LABEL: parent.id}
+        child = await self.start(parent.spec.image, parent.limits, labels)
+        try:
+            async with parent._lock, asyncio.timeout(TIMEOUTS.start_s):
+                if parent._dead is not None:
+                    raise ForkError(f"cannot fork {parent}: it is {parent._dead}")
+                await self._fork(parent, child)
+        except BaseException as e:
+            await child.close()
+            if isinstance(e, TimeoutError):
+                raise ForkError(f"forking {parent} took over {TIMEOUTS.start_s:.0f}s") from e
+            raise
+        log.debug("%s forked from %s", child, parent)
+        return child
 
     async def check(self) -> None:
         """Raise BackendUnavailable (with the fix) when this backend cannot run here."""

@@ -46,8 +46,9 @@ from envfarm.config import AGENT_HOME, AGENT_UID
 from envfarm.errors import BackendUnavailable, ConfigError, ImageError, SandboxStartError, tail
 
 from .agent_io import ProcessPipe, agent_argv, spawn_agent
-from .base import Backend, Handle, Limits, SandboxSpec
+from .base import Backend, Handle, Limits, Sandbox, SandboxSpec
 from .cgroups import DEFAULT_PARENT, DEFAULT_ROOT, Cgroup, CgroupTree, cgroup_name
+from .fork import bwrap_agent_pid, copy_writable
 from .seccomp import ensure_filter, seccomp_fd
 
 log = logging.getLogger(__name__)
@@ -358,6 +359,12 @@ class BwrapBackend(Backend):
                 raise SandboxStartError(f"bwrap sandbox {spec.sandbox_id} did not spawn: {e}") from e
             raise
         return BwrapHandle(ProcessPipe(proc), cgroup, spec.limits)
+
+    async def _fork(self, parent: Sandbox, child: Sandbox) -> None:
+        """Copy the parent's tmpfs (workspace, /tmp, /dev/shm) into the child's: see ``sandbox/fork.py``."""
+        src, dst = parent._handle, child._handle
+        assert isinstance(src, BwrapHandle) and isinstance(dst, BwrapHandle)
+        await copy_writable(bwrap_agent_pid(src.pid), bwrap_agent_pid(dst.pid), str(parent))
 
 
 _AT_EXIT: set[tuple[Path, str]] = set()

@@ -35,11 +35,12 @@ from urllib.parse import urlparse
 from docker.errors import APIError, DockerException, NotFound
 
 from envfarm import config
-from envfarm.errors import BackendUnavailable, ImageNotFound, SandboxStartError, tail
+from envfarm.errors import BackendUnavailable, ForkError, ImageNotFound, SandboxStartError, tail
 
 from .agent_io import LINE_LIMIT, AgentPipe, agent_argv
-from .base import Backend, Handle, SandboxSpec
+from .base import Backend, Handle, Sandbox, SandboxSpec
 from .dockerutil import client
+from .fork import copy_writable
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +193,14 @@ class DockerBackend(Backend):
             raise
         return DockerHandle(self, cid, pipe)
 
+    async def _fork(self, parent: Sandbox, child: Sandbox) -> None:
+        """Copy the parent container's tmpfs into the child's from the host, no ``docker commit``:
+        see ``sandbox/fork.py``."""
+        src, dst = parent._handle, child._handle
+        assert isinstance(src, DockerHandle) and isinstance(dst, DockerHandle)
+        src_pid, dst_pid = await asyncio.gather(_pid(src.container_id), _pid(dst.container_id))
+        await copy_writable(src_pid, dst_pid, str(parent))
+
     def _create(self, name: str, image: str, spec: SandboxSpec) -> str:
         api = client().api
         lim = spec.limits
@@ -255,6 +264,18 @@ class DockerBackend(Backend):
 
     async def gc(self, all_runs: bool = False) -> int:
         return await asyncio.to_thread(_gc, all_runs)
+
+
+async def _pid(container_id: str) -> int:
+    """Host pid of the container's PID 1 (the daemon runs on this host)."""
+    try:
+        info = await asyncio.to_thread(client().api.inspect_container, container_id)
+    except (APIError, DockerException) as e:
+        raise ForkError(f"cannot inspect container {container_id[:12]}: {e}") from e
+    pid = int(info.get("State", {}).get("Pid") or 0)
+    if pid <= 0:
+        raise ForkError(f"container {container_id[:12]} is not running")
+    return pid
 
 
 def _resolve(image: str | None) -> str:
