@@ -186,20 +186,25 @@ class ContainerInfo:
     owner_pid: str
     owner: str
     """alive, dead, "other host" (cannot tell from here) or unknown."""
+    parent: str = ""
+    """Container name of the sandbox this one was forked from (``sandbox.fork()``); empty if opened."""
 
 
 @sandbox_app.command("list")
 def list_command() -> None:
-    """List envfarm docker containers with their run id, owner pid and whether the owner still runs."""
+    """List envfarm docker containers with their run id, owner pid, whether the owner still runs, and the
+    sandbox a forked one came from."""
     rows = list_containers()
     if not rows:
         console.print("no envfarm containers")
         return
-    table = Table("id", "name", "image", "state", "run_id", "owner_pid", "owner", title="envfarm containers")
+    table = Table("id", "name", "image", "state", "run_id", "owner_pid", "owner", "parent",
+                  title="envfarm containers")
     colour = {"alive": "green", "dead": "red"}
     for r in rows:
         owner = f"[{colour[r.owner]}]{r.owner}[/]" if r.owner in colour else r.owner
-        table.add_row(r.id, escape(r.name), escape(r.image), r.state, r.run_id, r.owner_pid, owner)
+        table.add_row(r.id, escape(r.name), escape(r.image), r.state, r.run_id, r.owner_pid, owner,
+                      escape(r.parent))
     console.print(table)
 
 
@@ -228,6 +233,7 @@ def _container_info(c: dict[str, Any]) -> ContainerInfo:
         run_id=_label(labels, "run_id"),
         owner_pid=_label(labels, "owner_pid"),
         owner=owner_state(labels),
+        parent=f"envfarm-{parent}" if (parent := _label(labels, "parent")) else "",
     )
 
 
