@@ -49,6 +49,10 @@ ALLOWED: frozenset[tuple[str, str]] = frozenset({
     # The hostile-code tests probe that the host's root folder and checkout parent are NOT visible inside a
     # sandbox: naming them is the point of the test.
     ("tests/sandbox/test_hostile.py", "/ro" "ot/.cache"),
+    # Root's home inside a Harbor task's image, where uv's installer script puts uv: a container path.
+    ("sandbox/dockerfile.py", "/ro" "ot/.local/bin"),
+    ("sandbox/dockerfile_run.py", "/ro" "ot/.local/bin"),
+    ("tests/sandbox/test_dockerfile.py", "/ro" "ot/.local/bin"),
 })
 
 
