@@ -3,6 +3,8 @@
     async with SandboxPool(get_backend("docker"), limits=Limits(memory_mb=512), size=8, max_live=32) as pool:
         async with pool.lease(deadline_s=600) as sb:      # an idle sandbox, or a fresh one
             await sb.exec("pytest -q")
+            async with pool.fork(sb, 4) as children:      # four copies of sb, leased like sb
+                ...
         pool.stats()                                      # PoolStats(idle=..., leased=..., ...)
 
 A background refill task keeps ``size`` started sandboxes idle. ``lease()`` pops one (no I/O on that path)
@@ -153,6 +155,46 @@ class SandboxPool:
             if timer is not None:
                 timer.cancel()
             self._release(sb)
+
+    @asynccontextmanager
+    async def fork(self, sb: Sandbox, n: int,
+                   deadline_s: float | None = None) -> AsyncIterator[list[Sandbox]]:
+        """``async with pool.fork(sb, 4) as children:`` — ``n`` forks of ``sb`` (see ``Sandbox.fork``), leased
+        like ``lease()``: they hold ``max_live`` slots, expire at the deadline and are destroyed on exit."""
+        if n < 1:
+            raise ConfigError(f"pool.fork needs n >= 1, got {n}")
+        if self._runner is None:
+            await self.start()
+        deadline = self.lease_s if deadline_s is None else deadline_s
+        children: list[Sandbox] = []
+        timers: list[asyncio.TimerHandle] = []
+        try:
+            for _ in range(n):
+                if self._closed:
+                    raise SandboxStartError(f"{self} is closed")
+                children.append(await self._fork_one(sb))
+                if deadline is not None:
+                    timers.append(asyncio.get_running_loop().call_later(deadline, self._expire, children[-1],
+                                                                        deadline))
+            yield children
+        finally:
+            for timer in timers:
+                timer.cancel()
+            for child in children:
+                self._release(child)
+
+    async def _fork_one(self, sb: Sandbox) -> Sandbox:
+        if self._live_slots is not None:
+            await self._live_slots.acquire()
+        try:
+            child = await sb.fork()
+        except BaseException:
+            if self._live_slots is not None:
+                self._live_slots.release()
+            raise
+        self._mine[child.id] = self._leased[child.id] = child
+        self._counts["leases"] += 1
+        return child
 
     def stats(self) -> PoolStats:
         slots = len(self._mine) + self._starting

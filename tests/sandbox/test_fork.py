@@ -174,3 +174,20 @@ async def test_sandbox_list_shows_the_parent() -> None:
             assert rows[f"envfarm-{parent.id}"].parent == ""
     finally:
         await backend.aclose()
+
+
+async def test_pool_fork_leases_children(isolated_backend: Backend) -> None:
+    from envfarm.sandbox.pool import SandboxPool
+
+    async with SandboxPool(isolated_backend, size=0, max_live=3) as pool, pool.lease() as sb:
+        await sb.write_file("x.txt", "x\n")
+        async with pool.fork(sb, 2) as children:
+            assert [c.parent_id for c in children] == [sb.id, sb.id]
+            assert [(await c.read_file("x.txt")) for c in children] == [b"x\n", b"x\n"]
+            assert pool.stats().leased == 3
+        assert pool.stats().leased == 1
+        async with asyncio.timeout(30):  # closed in the background, their max_live slots come back
+            async with pool.fork(sb, 1, deadline_s=0.3) as (child,):
+                await asyncio.sleep(0.6)
+                assert not child.alive
+        assert not any(c.alive for c in children)
