@@ -237,6 +237,16 @@ class AgentEnv(gymnasium.Env[str, str], Generic[TaskT], metaclass=ABCMeta):
     def oracle(self) -> list[str]:
         """Reference actions that solve the current task (call after reset)."""
 
+    def has_oracle(self) -> bool:
+        """Whether ``oracle()`` solves the current task (a family whose tasks may lack a reference solution,
+        e.g. a Harbor task without solution/solve.sh, says False; ``envs check`` then reports it)."""
+        return True
+
+    def task_count(self) -> int | None:
+        """How many distinct tasks the seeds map onto (None: generated, unbounded); a fixed set of tasks,
+        e.g. a folder of Harbor tasks, says its size."""
+        return None
+
     def task_id(self, task: TaskT) -> str:
         """A stable identifier of the task (defaults to the seed-derived repr)."""
         return str(getattr(task, "task_id", ""))

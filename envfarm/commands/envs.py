@@ -14,6 +14,7 @@ from rich.table import Table
 
 from envfarm.sandbox import BACKENDS, DEFAULT_BACKEND
 
+from .farm import EnvArgsOpt, parse_env_kwargs
 from .openenv import serve_command
 
 app = typer.Typer(name="envs", no_args_is_help=True,
@@ -50,6 +51,7 @@ def check(
     seeds: Annotated[int, typer.Option(min=1, help="Seeds the oracle must solve (>= 99%).")] = 200,
     leak_episodes: Annotated[int, typer.Option(min=1, help="Episodes run for the leak check.")] = 100,
     vector: Annotated[bool, typer.Option(help="Also run it in gymnasium's AsyncVectorEnv.")] = True,
+    env_kwargs: EnvArgsOpt = None,
 ) -> None:
     """Run the conformance suite (envs/checks.py) on any registered env; exit 1 if a check fails."""
     from envfarm.envs import env_info
@@ -67,7 +69,8 @@ def check(
                 bars[name] = progress.add_task(name, total=total)
             progress.update(bars[name], completed=done)
 
-        report = run_conformance(env_id, backend, seeds, leak_episodes, vector, update)
+        report = run_conformance(env_id, backend, seeds, leak_episodes, vector, update,
+                                 parse_env_kwargs(env_kwargs) if env_kwargs else None)
     table = Table(title=f"{env_id} on {backend}")
     for col in ("check", "result", "seconds", "detail"):
         table.add_column(col)

@@ -197,6 +197,12 @@ class HarborEnv(AgentEnv[HarborTask]):
         assert self.sandbox is not None
         return self.sandbox
 
+    def has_oracle(self) -> bool:
+        return self.task is not None and self.task.has_solution
+
+    def task_count(self) -> int:
+        return len(self.tasks)
+
     def oracle(self) -> list[str]:
         """Harbor's oracle agent as actions: unpack solution/, run solve.sh, submit."""
         assert self.task is not None

@@ -194,8 +194,8 @@ async def validate_one(task: Any, config: ValidateConfig, progress: ProgressFn |
     try:
         await _run_agents(task, config, runs, progress)
     except (InfraError, FarmError, TimeoutError) as e:
-        reason = "timeout" if isinstance(e, TimeoutError) else "unknown"
-        return row(True, reason, f"{type(e).__name__}: {_first_lines(str(e))}", runs, image.python)
+        why = "timeout" if isinstance(e, TimeoutError) else "unknown"
+        return row(True, why, f"{type(e).__name__}: {_first_lines(str(e))}", runs, image.python)
     reason, detail = judge(runs, has_oracle=bool(task.has_solution), internet=internet)
     return row(True, reason, detail, runs, image.python)
 

@@ -136,6 +136,25 @@ def test_conformance_on_bwrap() -> None:
     assert report.passed, report.failures
 
 
+def test_conformance_says_when_a_task_has_no_oracle(tmp_path: Path) -> None:
+    """envs check on a folder where one task lacks solution/solve.sh: the oracle check counts it and still
+    holds the others to the bar; a one-task env passes determinism (every seed is that task)."""
+    write_task(tmp_path, "with-solution")
+    write_task(tmp_path, "without-solution", solve=False)
+    kwargs = {"tasks": str(tmp_path), "image_for": base_image}
+    report = run_conformance("envfarm/Harbor-v0", backend="bwrap", seeds=4, leak_episodes=1, vector=False,
+                             env_kwargs=kwargs)
+    oracle = next(r for r in report.results if r.name == "oracle")
+    assert report.passed, report.failures
+    assert "oracle solved 2/2 seeds" in oracle.detail and "no oracle for 2 of 4 seeds" in oracle.detail
+    alone = {"tasks": str(tmp_path / "without-solution"), "image_for": base_image}
+    report = run_conformance("envfarm/Harbor-v0", backend="bwrap", seeds=1, leak_episodes=1, vector=False,
+                             env_kwargs=alone)
+    results = {r.name: r.detail for r in report.results}
+    assert report.passed, report.failures
+    assert results["oracle"].startswith("no oracle") and "one task" in results["determinism"]
+
+
 @pytest.mark.docker
 @pytest.mark.parametrize("backend", ["docker", "bwrap"])
 async def test_the_task_image_from_its_dockerfile(tmp_path: Path, backend: str) -> None:

@@ -73,3 +73,37 @@ def test_a_written_row_is_what_a_resumed_run_reads(tmp_path: Path) -> None:
 def test_config_refuses_zero_workers_or_repeats(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="at least 1"):
         ValidateConfig(tasks=tmp_path, report_dir=tmp_path, max_workers=0)
+
+
+ALWAYS_ONE = "#!/bin/bash\nmkdir -p /logs/verifier\necho 1 > /logs/verifier/reward.txt\n"
+
+
+@pytest.mark.docker
+def test_validate_builds_runs_and_resumes(tmp_path: Path) -> None:
+    """Real images and sandboxes: a good task validates (oracle 1, no-op 0); a task without a solution has
+    no oracle; a verifier that passes anything is verifier-failed; a Dockerfile that downloads is
+    needs-network before any build; a second run with the same id reads the rows back."""
+    from harbor_tasks import write_task
+
+    from envfarm.envs.harbor.validate import validate_tasks
+
+    tasks = tmp_path / "tasks"
+    write_task(tasks, "good")
+    write_task(tasks, "no-solution", solve=False)
+    write_task(tasks, "lenient", test_sh=ALWAYS_ONE)
+    offline = write_task(tasks, "downloads")
+    (offline / "environment" / "Dockerfile").write_text(
+        "FROM python:3.11-slim\nRUN curl -fsSL https://example.org/tool.sh | sh\nWORKDIR /workspace\n")
+    config = ValidateConfig(tasks=tasks, report_dir=tmp_path / "r", run_id="t", max_workers=2)
+    result = asyncio.run(validate_tasks(config))
+    rows = {r.task: r for r in result.rows}
+    assert (rows["good"].built, rows["good"].oracle_reward, rows["good"].noop_reward) == (True, 1.0, 0.0)
+    assert rows["good"].validated and rows["good"].python == "3.11"
+    assert rows["no-solution"].validated and rows["no-solution"].oracle_reward is None
+    assert rows["lenient"].reason == "verifier-failed" and rows["lenient"].noop_reward == 1.0
+    assert rows["downloads"].reason == "needs-network" and not rows["downloads"].built
+    assert "curl" in rows["downloads"].detail
+    data = json.loads(result.json_path.read_text())
+    assert [r["task"] for r in data["rows"]] == ["downloads", "good", "lenient", "no-solution"]
+    again = asyncio.run(validate_tasks(config))
+    assert again.rows == result.rows
