@@ -284,8 +284,8 @@ class Backend(ABC):
         raise ForkUnsupported(f"the {self.name} backend cannot fork sandboxes")
 
     async def _fork_sandbox(self, parent: Sandbox) -> Sandbox:
-        if type(self)._fork is Backend._fork:
-            await self._fork(parent, parent)  # raises ForkUnsupported before anything starts
+        if type(self)._fork is Backend._fork:  # refuse before starting anything
+            raise ForkUnsupported(f"the {self.name} backend cannot fork sandboxes")
         if not parent.alive:
             raise ForkError(f"cannot fork {parent}: it is {parent._dead or 'closed'}")
         labels = {**parent.spec.labels, PARENT_LABEL: parent.id}
@@ -298,7 +298,8 @@ class Backend(ABC):
         except BaseException as e:
             await child.close()
             if isinstance(e, TimeoutError):
-                raise ForkError(f"forking {parent} took over {TIMEOUTS.start_s:.0f}s") from e
+                raise ForkError(f"forking {parent} took over {TIMEOUTS.start_s:.0f}s (including the wait for "
+                                "its command in flight); fork between commands") from e
             raise
         log.debug("%s forked from %s", child, parent)
         return child

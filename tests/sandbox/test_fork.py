@@ -92,6 +92,15 @@ async def test_grandchild_and_closing_the_parent(isolated_backend: Backend) -> N
             await child.fork()
 
 
+async def test_fork_waits_for_the_command_in_flight(isolated_backend: Backend) -> None:
+    async with isolated_backend.open() as parent:
+        running = asyncio.create_task(parent.exec("sleep 0.5; echo done > f"))
+        await asyncio.sleep(0.1)
+        async with await parent.fork() as child:
+            assert running.done() and (await running).exit_code == 0
+            assert (await child.read_file("f")) == b"done\n"
+
+
 async def test_disk_cap_holds_in_a_child(isolated_backend: Backend) -> None:
     async with isolated_backend.open(limits=Limits(disk_mb=64, memory_mb=256)) as parent:
         await parent.exec("head -c 40M /dev/zero > big", check=True)
