@@ -62,6 +62,10 @@ class HarnessConfig(BaseModel):
     canaries: bool = True
     """Plant canary tests in every graded run and require every expected test exactly once (canary.py); off
     reproduces SWE-bench's grading (for comparisons and cost measurements only)."""
+    strict: bool = False
+    """Make an instance whose model patch is suspect (static screening, ``screen.py``: it reaches for the test
+    framework's internals, sys.modules, an exit at import, tracing hooks...) unresolved; by default the report
+    only says ``suspect`` and why."""
     output_cap_mb: int = Field(32, ge=1)
     """MiB of test output brought back to the host per attempt (head and tail; the report says what was
     cut)."""

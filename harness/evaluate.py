@@ -375,5 +375,6 @@ class _Runner:
             eval_type=plan.eval_type,
             canaries=att.canaries,
             baseline=patch is None,
+            strict=self.cfg.strict,
         )
         return replace(report, attempts=n, extra=extra)

@@ -23,6 +23,10 @@ Two rules are envfarm's own; a finding of either makes the instance unresolved w
   cross-check of a non-zero exit code against a log with no failure still runs; must-fail canaries always
   give an honest log failures.)
 
+Static screening (``screen.py``) marks a patch whose added code reaches for the test framework (report
+hooks, ``sys.modules``, an exit at import, tracing hooks, ...) :attr:`InstanceReport.suspect`, with the
+reasons; only ``strict`` makes a suspect instance unresolved.
+
 The code-repair env calls this same function.
 """
 
@@ -35,9 +39,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import _swebench, canary, tamper
+from . import _swebench, canary, screen, tamper
 from .canary import Canary
 from .instances import Instance
+from .screen import Suspicion
 from .specs import DEFAULT_PARSER, eval_script_command
 from .tamper import Finding
 
@@ -163,6 +168,8 @@ class InstanceReport:
     duration_s: float = 0.0
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
     """Timings, image tags, apply command: informational."""
+    suspicions: tuple[Suspicion, ...] = ()
+    """Static screening rules that fired on the model patch (``screen.py``)."""
 
     @property
     def resolved(self) -> bool:
@@ -171,6 +178,11 @@ class InstanceReport:
     @property
     def infra_error(self) -> bool:
         return self.error_kind is not None and self.error_kind.infra
+
+    @property
+    def suspect(self) -> bool:
+        """The model patch reaches for the grading machinery (see ``screen.py``); unresolved under strict."""
+        return bool(self.suspicions)
 
     @property
     def tampered(self) -> bool:
@@ -190,6 +202,7 @@ class InstanceReport:
             "patch_successfully_applied": self.patch_applied,
             "resolved": self.resolved,
             "infra_failure": self.infra_failure,
+            "suspect": self.suspect,
         }
         if self.failure_reason:
             inner["infra_failure_reason"] = self.failure_reason
@@ -200,6 +213,7 @@ class InstanceReport:
             "outcome": self.outcome.value,
             "resolution_status": self.status.value,
             "tamper": [f.__dict__ for f in self.findings],
+            "suspect_reasons": [s.__dict__ for s in self.suspicions],
             "error_kind": self.error_kind.value if self.error_kind else None,
             "error": self.error,
             "test_exit_code": self.test_exit_code,
@@ -219,6 +233,7 @@ class InstanceReport:
             "outcome",
             "resolution_status",
             "tamper",
+            "suspect_reasons",
             "error_kind",
             "error",
             "test_exit_code",
@@ -234,6 +249,7 @@ class InstanceReport:
             patch_applied=inner["patch_successfully_applied"],
             tests=TestResults.from_swebench(inner["tests_status"]) if "tests_status" in inner else None,
             findings=tuple(Finding(**f) for f in ours.get("tamper", [])),
+            suspicions=tuple(Suspicion(**x) for x in ours.get("suspect_reasons", [])),
             error_kind=ErrorKind(ours["error_kind"]) if ours.get("error_kind") else None,
             error=ours.get("error"),
             failure_reason=inner.get("infra_failure_reason"),
@@ -255,6 +271,7 @@ def grade(
     eval_type: str | None = None,
     canaries: Sequence[Canary] | None = None,
     baseline: bool = False,
+    strict: bool = False,
 ) -> InstanceReport:
     """Grade one test log (its text, or a Path to it) against the instance's FAIL_TO_PASS/PASS_TO_PASS.
 
@@ -262,22 +279,38 @@ def grade(
     statically and every rule that fires is flagged (blocks resolution). ``canaries`` are the tests the
     runner planted (None: the run had none, and completeness is not checked either). A None or blank
     ``model_patch`` gives :attr:`Outcome.EMPTY_PATCH`, unless ``baseline``: the log is of the unpatched base
-    (validation), graded like any other. Blocking (reads or writes the log file); no sandbox.
+    (validation), graded like any other. The patch is screened (``screen.py``); ``strict``: a suspect patch
+    is not resolved. Blocking (reads or writes the log file); no sandbox.
     """
     if baseline:
         model_patch, findings = "", ()
     elif model_patch is None or not model_patch.strip():
         return empty_report(instance.instance_id, model_name_or_path, model_patch)
+    ctx = screen_context(instance)
     if findings is None:
-        ctx = tamper.Context(tuple(_test_files(instance)), eval_script_command(instance.eval_script) or "")
         findings = tamper.scan_patch(model_patch, ctx)
     args = (model_patch, model_name_or_path, findings, log_parser, eval_type, canaries)
     if isinstance(test_log, Path):
-        return _grade_file(instance, test_log, *args)
-    with tempfile.NamedTemporaryFile("w", suffix=".log", encoding="utf-8") as fh:
-        fh.write(test_log)
-        fh.flush()
-        return _grade_file(instance, Path(fh.name), *args)
+        report = _grade_file(instance, test_log, *args)
+    else:
+        with tempfile.NamedTemporaryFile("w", suffix=".log", encoding="utf-8") as fh:
+            fh.write(test_log)
+            fh.flush()
+            report = _grade_file(instance, Path(fh.name), *args)
+    return apply_screen(report, screen.screen_patch(model_patch, ctx) if model_patch else (), strict)
+
+
+def screen_context(instance: Instance) -> tamper.Context:
+    """What the tamper and screening rules know of ``instance``: test_patch's files, the test command."""
+    return tamper.Context(tuple(_test_files(instance)), eval_script_command(instance.eval_script) or "")
+
+
+def apply_screen(report: InstanceReport, found: Sequence[Suspicion], strict: bool) -> InstanceReport:
+    """``report`` with the screening verdict; under ``strict`` a suspect instance is not resolved."""
+    report = replace(report, suspicions=tuple(found))
+    if strict and report.suspect and report.resolved:
+        report = replace(report, outcome=Outcome.UNRESOLVED, status=ResolutionStatus.NO)
+    return report
 
 
 def _grade_file(

@@ -32,6 +32,8 @@ class FileChange:
     added_lines: tuple[str, ...] = field(default=(), repr=False)
     removed_lines: tuple[str, ...] = field(default=(), repr=False)
     context_lines: tuple[str, ...] = field(default=(), repr=False)
+    added_blocks: tuple[tuple[str, ...], ...] = field(default=(), repr=False)
+    """Runs of consecutive added lines, in order (each is a piece of the post-patch text)."""
 
     @property
     def paths(self) -> tuple[str, ...]:
@@ -76,6 +78,8 @@ def _new_section(old: str | None, new: str | None) -> dict[str, Any]:
         "add": [],
         "rem": [],
         "ctx": [],
+        "blocks": [],
+        "in_block": False,
         "old_left": 0,
         "new_left": 0,
     }
@@ -84,6 +88,7 @@ def _new_section(old: str | None, new: str | None) -> dict[str, Any]:
 def _header_line(cur: dict[str, Any], line: str) -> None:
     if line.startswith("@@") and (m := _HUNK.match(line)):
         cur["hunks"] = True
+        cur["in_block"] = False
         cur["old_left"] = int(m.group(2) or 1)
         cur["new_left"] = int(m.group(4) or 1)
     elif cur["hunks"]:
@@ -107,7 +112,13 @@ def _hunk_line(cur: dict[str, Any], line: str) -> None:
     if tag == "+":
         cur["add"].append(text)
         cur["new_left"] -= 1
-    elif tag == "-":
+        if not cur["in_block"]:
+            cur["blocks"].append([])
+        cur["blocks"][-1].append(text)
+        cur["in_block"] = True
+        return
+    cur["in_block"] = tag in ("-", "\\") and cur["in_block"]  # removed lines are not in the post text
+    if tag == "-":
         cur["rem"].append(text)
         cur["old_left"] -= 1
     elif tag in (" ", ""):
@@ -127,6 +138,7 @@ def _finish(cur: dict[str, Any]) -> FileChange:
         tuple(cur["add"]),
         tuple(cur["rem"]),
         tuple(cur["ctx"]),
+        tuple(tuple(b) for b in cur["blocks"]),
     )
 
 

@@ -150,6 +150,8 @@ class RunSummary:
     """instance id -> the tamper rules that fired (reverted, flagged or refused)."""
     error_kinds: dict[str, str] = field(default_factory=dict)
     """instance id -> ErrorKind of every error instance."""
+    suspect_ids: dict[str, list[str]] = field(default_factory=dict)
+    """instance id -> the static screening rules that fired on its patch (``screen.py``)."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -217,6 +219,7 @@ def summarize(
         timeout_ids=[i for i in errors if mine[i].error_kind in (ErrorKind.TIMEOUT, ErrorKind.ENV_TIMEOUT)],
         tampered_ids={i: sorted({f.rule for f in r.findings}) for i, r in sorted(mine.items()) if r.findings},
         error_kinds={i: str(mine[i].error_kind) for i in errors},
+        suspect_ids={i: sorted({x.rule for x in r.suspicions}) for i, r in sorted(mine.items()) if r.suspect},
     )
 
 
@@ -257,13 +260,14 @@ def markdown(s: RunSummary, reports: Mapping[str, InstanceReport]) -> str:
         ("of which infra (build, sandbox, env timeout/OOM)", len(s.infra_error_ids)),
         ("of which timeout", len(s.timeout_ids)),
         ("tamper rule fired", len(s.tampered_ids)),
+        ("suspect (static screening)", len(s.suspect_ids)),
         ("incomplete (no prediction or not run)", len(s.incomplete_ids)),
     ]:
         lines.append(f"| {label} | {value} |")
     lines += [
         "",
-        "| instance | outcome | status | FAIL_TO_PASS | PASS_TO_PASS | tamper | error |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| instance | outcome | status | FAIL_TO_PASS | PASS_TO_PASS | tamper | suspect | error |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for iid in sorted(reports):
         r = reports[iid]
@@ -280,5 +284,6 @@ def markdown(s: RunSummary, reports: Mapping[str, InstanceReport]) -> str:
         )
         rules = ", ".join(f"{f.rule} `{f.path}` ({f.action})" for f in r.findings)
         err = f"{r.error_kind}: {(r.error or '').splitlines()[0][:80]}" if r.error_kind else ""
-        lines.append(f"| {iid} | {r.outcome} | {r.status} | {f2p} | {p2p} | {rules} | {err} |")
+        why = ", ".join(dict.fromkeys(x.rule for x in r.suspicions))
+        lines.append(f"| {iid} | {r.outcome} | {r.status} | {f2p} | {p2p} | {rules} | {why} | {err} |")
     return "\n".join(lines) + "\n"

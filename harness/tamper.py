@@ -198,11 +198,21 @@ def _config_rule(
     changed = "\n".join([*change.added_lines, *change.removed_lines])
     if "pytest11" in changed:
         return "pytest-plugin", "pytest11 entry point"
-    if name != "setup.py" and re.search(
-        r"pytest|addopts|python_files|testpaths", "\n".join([changed, *change.context_lines])
+    if name != "setup.py" and (
+        _PYTEST_OPTION.search(changed) or _PYTEST_OPTION.search("\n".join(change.context_lines))
     ):
         return "pytest-config", "test options (static scan)"
     return None
+
+
+_PYTEST_OPTION = re.compile(
+    r"^\s*\[[^\]]*pytest[^\]]*\]|^\s*(addopts|python_files|python_classes|python_functions|testpaths|"
+    r"norecursedirs|required_plugins|minversion|filterwarnings|markers|xfail_strict|timeout|log_\w+|"
+    r"doctest_\w+|junit_\w+|console_output_style|usefixtures|empty_parameter_set_mark)\b|^\s*-p\b",
+    re.M,
+)
+"""A pytest section header or option line: changed, or in the context around the change (the change is
+in the pytest section). A mention of pytest in another tool's list (isort's known_third_party) is not."""
 
 
 def _plugin_entry(text: str | None) -> int:

@@ -123,6 +123,9 @@ def run(
     ] = 32,
     image_source: ImageSourceOpt = "build",
     registry: RegistryOpt = None,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="A suspect patch (static screening) is not resolved.")
+    ] = False,
 ) -> None:
     """Build images, apply each prediction, run and grade its tests; write reports and the run summary."""
     from envfarm.harness import HarnessConfig, Policy, evaluate, load_instances, load_predictions
@@ -135,7 +138,7 @@ def run(
     source, specs = _sources(rows, repo_source, specs)
     options = {"run_id": run_id, "report_dir": report_dir, "repo_source": source}
     options |= {"specs": tuple(specs or ()), "max_workers": max_workers, "timeout_s": timeout}
-    options |= {"canaries": canaries, "output_cap_mb": output_cap_mb}
+    options |= {"canaries": canaries, "output_cap_mb": output_cap_mb, "strict": strict}
     options |= {"image_source": image_source, "registry": registry}
     config = _valid(HarnessConfig, **options, tamper=policy, force_rebuild=force_rebuild)
     preds = load_predictions(predictions, rows)
@@ -278,7 +281,8 @@ def _print_summary(result: RunReport) -> None:
         f"{100 * lo:.1f}-{100 * hi:.1f}%); unresolved {s.unresolved_instances} "
         f"(partial {len(s.partial_ids)}), "
         f"empty {s.empty_patch_instances}, errors {s.error_instances} (infra {len(s.infra_error_ids)}, "
-        f"timeout {len(s.timeout_ids)}), tamper rules fired on {len(s.tampered_ids)}",
+        f"timeout {len(s.timeout_ids)}), tamper rules fired on {len(s.tampered_ids)}, "
+        f"suspect {len(s.suspect_ids)}",
         highlight=False,
     )
     for iid in s.error_ids[:10]:

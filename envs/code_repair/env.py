@@ -270,11 +270,12 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
             report = await asyncio.to_thread(
                 grade, inst, attempt.test_log, model_patch=patch, model_name_or_path="coderepair",
                 findings=attempt.findings, log_parser=plan.log_parser, eval_type=plan.eval_type,
-                canaries=attempt.canaries)
+                canaries=attempt.canaries, strict=self.harness.strict)
         reward = self._reward(report)
         info = {"resolved": report.resolved, "status": report.status.value, "patch": patch,
                 "tests": report.tests.to_swebench() if report.tests else None,
-                "findings": [f.describe() for f in report.findings], "grade_s": time.monotonic() - t0}
+                "findings": [f.describe() for f in report.findings], "grade_s": time.monotonic() - t0,
+                "suspect": [x.describe() for x in report.suspicions]}
         return Outcome(tools.verdict(report), reward, True, info)
 
     async def _attempt(self, patch: str) -> Attempt:
