@@ -14,7 +14,12 @@ capabilities: it cannot write anywhere the child's own processes could not, the 
 hold, and every file ends up owned by the agent as in the parent (the mount points themselves keep the
 child's modes: docker's /tmp belongs to root). The child's tmpfs are its own, so the
 two sandboxes are independent from then on, deletions included. Processes are not copied: the child's
-agent is fresh. The copy costs what the parent holds: tmpfs cannot share pages copy-on-write.
+agent is fresh. The copy runs between two commands of the parent, when nothing runs in it (the agent kills
+each command's whole tree), so it is a consistent snapshot; should a process outlive its command and write
+meanwhile, the child gets the file as tar read it, and the fork does not fail. The copy costs
+what the parent holds: tmpfs cannot share pages copy-on-write. GNU tar opens every member relative to its
+folder with O_NOFOLLOW, so a parent racing to swap a folder for a symlink cannot point the host-side read
+outside its own tree.
 """
 
 from __future__ import annotations
@@ -28,13 +33,17 @@ from envfarm.errors import ForkError, tail
 WRITABLE = ("workspace", "tmp", "dev/shm")
 """The writable paths of a sandbox (tmpfs mounts on both backends), relative to its root."""
 
-COPY_SCRIPT = r"""set -o pipefail
-src=$1 dst=$2 uid=$3; shift 3
+COPY_SCRIPT = r"""src=$1 dst=$2 uid=$3; shift 3
 userns=-U  # a container without a user namespace of its own shares ours: setns into it would fail
 [ "$(readlink "/proc/$dst/ns/user")" = "$(readlink /proc/self/ns/user)" ] && userns=
-cd "/proc/$src/root"  # the parent's root; the members are what each mount point holds, not the mount points
-find "$@" -mindepth 1 -maxdepth 1 -print0 | tar -c --null -T - \
+cd "/proc/$src/root" || exit 1  # the parent's root; members: what each mount point holds, not the mount
+find "$@" -mindepth 1 -maxdepth 1 -print0 \
+  | tar -c --null -T - --warning=no-file-changed --warning=no-file-removed \
   | nsenter -t "$dst" $userns -m -S "$uid" -G "$uid" -- tar -x -p -C /
+st=("${PIPESTATUS[@]}")  # 1 from find or tar -c: a file changed or vanished while read
+[ "${st[0]}" -le 1 ] && [ "${st[1]}" -le 1 ] && [ "${st[2]}" = 0 ] && exit 0
+echo "envfarm: copy failed: find ${st[0]}, tar -c ${st[1]}, tar -x ${st[2]}" >&2
+exit 1
 """
 
 
