@@ -147,7 +147,7 @@ def _run(tag: str, command: list[str]) -> str:
         )  # fmt: skip
         container.start()
         status = container.wait(timeout=PROBE_TIMEOUT_S).get("StatusCode")
-        out = container.logs(stdout=True, stderr=False).decode(errors="replace")
+        out: str = container.logs(stdout=True, stderr=False).decode(errors="replace")
     except (ImageNotFound, APIError, DockerException, requests.RequestException) as e:
         raise ImageMismatch(f"cannot look into {tag} (`bash`, `git` and `grep` must run in it): {e}") from e
     finally:
