@@ -242,8 +242,64 @@ def _apt_install(root: Path, packages: tuple[str, ...], progress: ProgressFn | N
 # ------------------------------------------------------------------------------------------- task layer
 
 
+SEED_DIR = "/opt/envfarm-seed"
+"""Where the image keeps the contents of the task's writable folders (see :func:`writable_dirs`)."""
+SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/proc",
+               "/root", "/run", "/sbin", "/sys", "/tmp", "/usr", "/var", "/workspace")
+_MKDIR = re.compile(r"\bmkdir\s+(?:-\w+\s+)*((?:/[^\s;&|]+\s*)+)")
+
+
+def writable_dirs(t: Translation) -> tuple[str, ...]:
+    """The folders a task's own files live in and its solution writes to (every WORKDIR, the top folder of
+    each COPY/ADD destination and of each absolute ``mkdir``), outside the system folders.
+
+    Sandboxes have a read-only root with a capped tmpfs at /workspace, so the image moves each such folder
+    to ``SEED_DIR`` and leaves a symlink ``/app -> /workspace/app``; the env copies the seed into the
+    sandbox's /workspace when an episode starts (``seed_command``). Writes to /app land in the capped
+    workspace, the image is never changed, and a fork copies them with the workspace."""
+    found: list[str] = []
+    for step in t.steps:
+        if step.kind == "workdir":
+            found.append(step.args[0])
+        elif step.kind in ("copy", "add"):
+            found.append([a for a in step.args if not a.startswith("--")][-1])
+        elif step.kind == "run":
+            found += [w for m in _MKDIR.finditer(step.args[0]) for w in m.group(1).split()]
+    found.append(t.workdir)
+    tops = {_top(p) for p in found if p.startswith("/")}
+    return tuple(sorted(p for p in tops if p and not _system(p)))
+
+
+def _top(path: str) -> str:
+    parts = [p for p in path.split("/") if p and p != "."]
+    depth = 2 if parts[:1] == ["home"] else 1
+    return "/" + "/".join(parts[:depth]) if len(parts) >= depth else ""
+
+
+def _system(path: str) -> bool:
+    return any(path == d or path.startswith(d + "/") for d in SYSTEM_DIRS)
+
+
+def _relocate(dirs: tuple[str, ...]) -> list[str]:
+    if not dirs:
+        return []
+    script = ("set -e; for d in " + " ".join(shlex.quote(d) for d in dirs) + "; do "
+              'if [ -e "$d" ] && [ ! -d "$d" ]; then continue; fi; '
+              f'mkdir -p "{SEED_DIR}$(dirname "$d")" "$d"; mv "$d" "{SEED_DIR}$d"; '
+              'ln -s "/workspace$d" "$d"; done; '
+              f"chmod -R a+rX {SEED_DIR}")
+    return ["USER root", "WORKDIR /", f"RUN {script}"]
+
+
+def seed_command() -> str:
+    """Shell run as the sandbox's user when an episode starts: the image's seed into /workspace."""
+    return (f"if [ -d {SEED_DIR} ]; then cp -a {SEED_DIR}/. /workspace/ 2>/dev/null; "
+            "chmod -R u+w /workspace 2>/dev/null; fi; true")
+
+
 def render(t: Translation) -> str:
-    """The Dockerfile built FROM the apt layer (``ARG BASE``), context files under ``context/``."""
+    """The Dockerfile built FROM the apt layer (``ARG BASE``), context files under ``context/``; it ends by
+    moving the task's writable folders to ``SEED_DIR`` (:func:`writable_dirs`)."""
     lines = ["ARG BASE", "FROM ${BASE}", "USER root", "WORKDIR /"]
     if t.base.image.split(":")[0].endswith("python"):
         lines.append("ENV PIP_BREAK_SYSTEM_PACKAGES=1")  # python:* images have no EXTERNALLY-MANAGED pip
@@ -256,6 +312,7 @@ def render(t: Translation) -> str:
         if t.user:
             lines.append(f"USER {t.user}")
         lines.append(f"WORKDIR {t.workdir}")
+    lines += _relocate(writable_dirs(t))
     return "\n".join(lines) + "\n"
 
 
@@ -290,5 +347,5 @@ def _note(progress: ProgressFn | None, message: str) -> None:
         progress(message)
 
 
-__all__ = ["HARBOR_LABEL", "TaskImage", "aensure_task_image", "ensure_apt_layer", "ensure_task_image",
-           "render"]
+__all__ = ["HARBOR_LABEL", "SEED_DIR", "TaskImage", "aensure_task_image", "ensure_apt_layer",
+           "ensure_task_image", "render", "seed_command", "writable_dirs"]

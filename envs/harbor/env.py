@@ -45,6 +45,7 @@ from .task import HarborTask, load_tasks
 from .verifier import SOLUTION_DIR, rewrite_paths, staged_copy, verify
 
 MAX_BASH_TIMEOUT_S = 3600.0
+SEED_TIMEOUT_S = 300.0
 CHUNK_CHARS = 40_000
 
 
@@ -149,6 +150,13 @@ class HarborEnv(AgentEnv[HarborTask]):
         assert self.task is not None
         self._task_image = await asyncio.to_thread(self.image_for, self.task)
         return self._pools.get(self._backend_name, self._task_image.tag, self.limits_for(self.task))
+
+    async def setup(self, sb: Sandbox, task: HarborTask) -> None:
+        """The image's writable folders (``/app`` and the like, kept in the image's seed) into the sandbox's
+        workspace, where their symlinks point (``envfarm.sandbox.harbor_image.writable_dirs``)."""
+        from envfarm.sandbox.harbor_image import seed_command
+
+        await sb.exec(["bash", "-c", seed_command()], timeout_s=SEED_TIMEOUT_S)
 
     def _info(self) -> dict[str, Any]:
         info = super()._info()

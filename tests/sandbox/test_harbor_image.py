@@ -10,7 +10,15 @@ import pytest
 
 from envfarm.errors import HarborImageError
 from envfarm.sandbox import Backend
-from envfarm.sandbox.harbor_image import TaskImage, ensure_task_image
+from envfarm.sandbox.dockerfile import translate
+from envfarm.sandbox.harbor_image import (
+    SEED_DIR,
+    TaskImage,
+    ensure_task_image,
+    render,
+    seed_command,
+    writable_dirs,
+)
 
 DOCKERFILE = """\
 FROM python:3.11-slim
@@ -59,12 +67,27 @@ async def test_task_image_runs_on_both_backends(
 ) -> None:
     _, image = built
     script = ("jq --version && python3 -c 'import six' && cat /app/data/hello.txt /app/built.txt "
-              "&& id -u && test -d /workspace && python -c 'print(1)' && echo $MY_VAR")
+              "&& id -u && test -d /workspace && python -c 'print(1)' && echo $MY_VAR "
+              "&& echo mine > /app/new.txt && cd /app && cat new.txt")
     async with isolated_backend.open(image=image.tag) as sb:
+        # the task's folders come from the image's seed (what the Harbor env's setup runs)
+        assert (await sb.exec(["bash", "-c", seed_command()], timeout_s=60)).exit_code == 0
         # bwrap starts from a clear environment: the caller passes the image's ENV (TaskImage.env)
         res = await sb.exec(["bash", "-c", script], timeout_s=60, env=dict(image.env))
     assert res.exit_code == 0, res.stderr
-    assert res.stdout.split() == ["jq-1.6", "hello", "built", "1000", "1", "hi-there"]
+    assert res.stdout.split() == ["jq-1.6", "hello", "built", "1000", "1", "hi-there", "mine"]
+    async with isolated_backend.open(image=image.tag) as sb:  # the write went to that sandbox alone
+        await sb.exec(["bash", "-c", seed_command()], timeout_s=60)
+        res = await sb.exec(["bash", "-c", "ls /app; test ! -e /app/new.txt"], timeout_s=60)
+    assert res.exit_code == 0 and "built.txt" in res.stdout, res.stdout + res.stderr
+
+
+def test_writable_dirs_are_the_tasks_own_folders() -> None:
+    t = translate("FROM python:3.12-slim\nWORKDIR /app\nCOPY data /srv/data/\nCOPY x.sh /run.sh\n"
+                  "RUN mkdir -p /home/user/out /tmp/x /var/cache/y && mkdir /results\n"
+                  "COPY cfg /etc/tool/cfg\nWORKDIR /workspace/sub\n")
+    assert writable_dirs(t) == ("/app", "/home/user", "/results", "/run.sh", "/srv")
+    assert f"mv \"$d\" \"{SEED_DIR}$d\"" in render(t)
 
 
 def test_needs_network_raises_before_building(tmp_path: Path) -> None:
