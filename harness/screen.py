@@ -173,7 +173,8 @@ def screen_patch(patch: str, ctx: tamper.Context | None = None) -> tuple[Suspici
 
 def screen_source(text: str, path: str) -> list[Suspicion]:
     """The rules that fire on one piece of added Python ``text`` (ast first, regexes as the fallback)."""
-    indented = text[:1].isspace()
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    indented = first[:1].isspace()
     try:
         tree = ast.parse(textwrap.dedent(text))
     except (SyntaxError, ValueError):

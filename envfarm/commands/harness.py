@@ -81,10 +81,12 @@ ReportDirOpt = Annotated[Path, typer.Option("--report-dir", help="Folder the rep
 WorkersOpt = Annotated[int, typer.Option("--max-workers", min=1, help="Parallel builds and runs.")]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", min=1, help="Test timeout per instance (s).")]
 BuildWorkersOpt = Annotated[int, typer.Option("--max-workers", min=1, help="Docker builds at once.")]
-ReportOpt = Annotated[Path | None, typer.Option(
-    "--report", help="Also write every build's outcome as JSON to this file.")]
-EachOpt = Annotated[bool, typer.Option(
-    "--each", help="Also list every image (kind, tag, own and total size).")]
+ReportOpt = Annotated[
+    Path | None, typer.Option("--report", help="Also write every build's outcome as JSON to this file.")
+]
+EachOpt = Annotated[
+    bool, typer.Option("--each", help="Also list every image (kind, tag, own and total size).")
+]
 RepoOpt = Annotated[
     list[str] | None, typer.Option("--repo", help="Only this repo's images (owner/name; repeatable).")
 ]
@@ -153,6 +155,52 @@ def run(
         result = asyncio.run(evaluate(rows, preds, config, progress=on_event))
     _print_summary(result)
     _print_disk(result.images)
+
+
+@app.command("audit", context_settings={"allow_extra_args": True})
+def audit_cmd(
+    ctx: typer.Context,
+    instances: InstancesOpt,
+    run_id: RunIdOpt = "audit",
+    instance_ids: IdsOpt = None,
+    repo_source: RepoSourceOpt = None,
+    report_dir: ReportDirOpt = Path("reports"),
+    max_workers: WorkersOpt = 4,
+    timeout: TimeoutOpt = TIMEOUTS.tests_s,
+    specs: SpecsOpt = None,
+    split: SplitOpt = "test",
+    strict: Annotated[
+        bool, typer.Option("--strict", help="A suspect patch (static screening) is not resolved.")
+    ] = False,
+) -> None:
+    """Red-team the grader on these rows: grade gold and every forgery of the suite that applies to each
+    row's runner; print, per forgery class, how many resolved (must be 0) and whether gold still resolves;
+    write <report-dir>/<run-id>/audit.json and audit.md. Exits 1 when the grader is fooled."""
+    from envfarm.harness import HarnessConfig, load_instances
+    from envfarm.testing.audit import audit, write_report
+
+    rows = load_instances(instances, parse_ids(instance_ids, ctx.args), split=split)
+    source, specs = _sources(rows, repo_source, specs)
+    options = {"run_id": run_id, "report_dir": report_dir, "repo_source": source, "strict": strict}
+    options |= {"specs": tuple(specs or ()), "max_workers": max_workers, "timeout_s": timeout}
+    config = _valid(HarnessConfig, **options)
+    with _progress() as bar:
+        task = bar.add_task("gold, then each forgery", total=None)
+        result = asyncio.run(
+            audit(rows, config, progress=lambda name: bar.update(task, advance=1, description=name))
+        )
+    table = Table("class", "forgeries", "resolved by forgery (must be 0)", "suspect")
+    for cls, (n, resolved, suspect) in result.by_class().items():
+        table.add_row(str(cls), str(n), f"[{'red' if resolved else 'green'}]{resolved}[/]", str(suspect))
+    console.print(table)
+    gold = result.gold
+    console.print(f"gold still resolves: {sum(gold.values())}/{len(gold)} rows", highlight=False)
+    paths = write_report(result, report_dir)
+    console.print(
+        f"{'sound' if result.sound else 'NOT SOUND'}: {paths[0]}\n       {paths[1]}", highlight=False
+    )
+    if not result.sound:
+        raise typer.Exit(1)
 
 
 @app.command("validate", context_settings={"allow_extra_args": True})
@@ -398,8 +446,15 @@ def _repo_table(plans: list[Plan]) -> Table:
     return table
 
 
-def build_env_images(instances: Path, ids: list[str] | None, specs: list[Path] | None, split: str,
-                     max_workers: int, force: bool, report: Path | None) -> None:
+def build_env_images(
+    instances: Path,
+    ids: list[str] | None,
+    specs: list[Path] | None,
+    split: str,
+    max_workers: int,
+    force: bool,
+    report: Path | None,
+) -> None:
     """Build the env image of every repo/version the rows need (``envfarm images build --harness``)."""
     import dataclasses
     import json
@@ -441,15 +496,17 @@ def images_build(
         bool, typer.Option("--force", help="Rebuild without docker's layer cache (wheels stay cached).")
     ] = False,
     report: ReportOpt = None,
-    json_out: Annotated[Path | None, typer.Option(
-        "--json", hidden=True, help="Deprecated: --report.")] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", hidden=True, help="Deprecated: --report.")
+    ] = None,
 ) -> None:
     """Deprecated: `envfarm images build --harness`."""
     deprecated("harness images build", "images build --harness")
     if json_out is not None:
         deprecated("harness images build --json FILE", "images build --harness --report FILE")
-    build_env_images(instances, parse_ids(instance_ids, ctx.args), specs, split, max_workers, force,
-                     report or json_out)
+    build_env_images(
+        instances, parse_ids(instance_ids, ctx.args), specs, split, max_workers, force, report or json_out
+    )
 
 
 def _print_builds(outcome: EnvBuildOutcome) -> None:
@@ -529,8 +586,9 @@ def prune_env_images(include_env: bool, repos: list[str] | None) -> None:
 
 @images_app.command("list")
 def images_list(
-    as_json: Annotated[bool, typer.Option(
-        "--json", help="Print JSON: per repo/version ('environments') and per image.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print JSON: per repo/version ('environments') and per image.")
+    ] = False,
     each: EachOpt = False,
     images: Annotated[bool, typer.Option("--images", hidden=True, help="Deprecated: --each.")] = False,
 ) -> None:

@@ -51,6 +51,7 @@ def rules(patch: str) -> set[str]:
         ("import os\nos._exit(0)\n", "exit-at-import"),
         ("import sys\nsys.exit(0)\n", "exit-at-import"),
         ("def _go():\n    import sys\n    sys.exit(0)\n\n\n_go()\n", "exit-at-import"),
+        ("\ndef _go():\n    import os\n    os._exit(0)\n\n\n_go()\n", "exit-at-import"),
         ("import atexit\natexit.register(lambda: None)\n", "atexit"),
         ("import io, sys\nsys.stdout = io.StringIO()\n", "stdout-rebind"),
         ("print = lambda *a: None\n", "stdout-rebind"),
