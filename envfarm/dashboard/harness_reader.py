@@ -17,12 +17,16 @@ from typing import Any
 
 from envfarm.harness.grading import InstanceReport
 from envfarm.harness.report import REPORT, safe_model
-from envfarm.harness.tamper import RULES
+from envfarm.harness.screen import RULES as SCREEN_RULES
+from envfarm.harness.tamper import RULES as TAMPER_RULES
 
 from .sources import Source
 from .tail import Throttle, read_json
 
 log = logging.getLogger(__name__)
+
+RULES = {**TAMPER_RULES, **SCREEN_RULES}
+"""Every rule a harness report can name: tamper rules and static screening rules."""
 
 REFRESH_S = 1.0
 LOGS = ("test_output.txt", "patch.diff", "applied.diff", "eval.sh", "run_instance.log")
@@ -44,7 +48,7 @@ def row(iid: str, loaded: Loaded | None) -> dict[str, Any]:
     r = loaded.report if loaded else None
     if r is None:
         return {"instance_id": iid, "outcome": "unreadable" if loaded and loaded.error else "running",
-                "status": None, "f2p": None, "p2p": None, "tamper": [],
+                "status": None, "f2p": None, "p2p": None, "tamper": [], "suspect": [],
                 "error": loaded.error if loaded else None}
     t = r.tests
     return {
@@ -54,6 +58,7 @@ def row(iid: str, loaded: Loaded | None) -> dict[str, Any]:
         "p2p": [len(t.pass_to_pass_success), len(t.pass_to_pass_success) + len(t.pass_to_pass_failure)]
         if t else None,
         "tamper": sorted({f.rule for f in r.findings}),
+        "suspect": sorted({x.rule for x in r.suspicions}),
         "error_kind": r.error_kind.value if r.error_kind else None,
         "error": (r.error or "").splitlines()[0][:200] if r.error else None,
         "infra": r.infra_error, "duration_s": round(r.duration_s, 2), "attempts": r.attempts,
@@ -119,7 +124,10 @@ class HarnessRun:
         report = loaded.report if loaded else None
         findings = [{**f.__dict__, "rule_text": RULES.get(f.rule, "")} for f in report.findings] if report \
             else []
+        suspect = report.suspicions if report else ()
+        suspicions = [{**x.__dict__, "rule_text": RULES.get(x.rule, "")} for x in suspect]
         return {"instance_id": iid, "row": row(iid, loaded), "report": raw, "findings": findings,
+                "suspect": bool(suspicions), "suspicions": suspicions,
                 "logs": {name: _tail(folder / name) for name in LOGS if (folder / name).is_file()}}
 
 

@@ -88,6 +88,10 @@ async def test_harness_instance_endpoint(client: TestClient, runs: Path) -> None
     hid = _ids(runs)["harness"]
     inst = await _get(client, f"/api/harness/{hid}/instances/envfarm-tests__calc-3")
     assert inst["findings"][0]["rule"] == "conftest" and "test_output.txt" in inst["logs"]
+    assert inst["suspect"] and {"conftest", "framework-internals"} <= {x["rule"] for x in inst["suspicions"]}
+    assert all(x["rule_text"] for x in inst["suspicions"]) and "conftest" in inst["row"]["suspect"]
+    gold = await _get(client, f"/api/harness/{hid}/instances/envfarm-tests__calc-1")
+    assert not gold["suspect"] and gold["suspicions"] == [] and gold["row"]["suspect"] == []
     await _get(client, f"/api/harness/{hid}/instances/nope", status=404)
 
 

@@ -207,12 +207,13 @@ function renderHarness(main, src, d) {
       card("tampering", String(s ? Object.keys(s.tampered_ids).length : d.rows.filter((r) => r.tamper.length).length), "harness-tampered", "a rule fired"),
       card("empty / running", `${d.counts.empty_patch || 0} / ${d.counts.running || 0}`, "harness-other", null)),
     h("table", {class: "grid-table", id: "harness-instances"}, h("thead", {}, h("tr", {},
-      ["instance", "outcome", "status", "FAIL_TO_PASS", "PASS_TO_PASS", "tamper rule", "error", "time"].map((c) => h("th", {}, c)))),
+      ["instance", "outcome", "status", "FAIL_TO_PASS", "PASS_TO_PASS", "tamper rule", "suspect", "error", "time"].map((c) => h("th", {}, c)))),
       h("tbody", {}, d.rows.map((r) => h("tr", {class: "clickable", "data-instance": r.instance_id,
         onclick: () => { location.hash = `#/harness/${src.id}/${encodeURIComponent(r.instance_id)}`; }},
         h("td", {class: "mono"}, h("a", {href: `#/harness/${src.id}/${encodeURIComponent(r.instance_id)}`}, r.instance_id)),
         h("td", {}, badge(r.outcome)), h("td", {}, r.status || "–"), h("td", {}, ratio(r.f2p)), h("td", {}, ratio(r.p2p)),
         h("td", {}, r.tamper.map((t) => h("span", {class: "rule", title: d.rules[t] || ""}, t))),
+        h("td", {}, (r.suspect || []).map((t) => h("span", {class: "rule", title: d.rules[t] || ""}, t))),
         h("td", {class: "small bad"}, r.error_kind ? `${r.error_kind}: ${r.error || ""}` : (r.error || "")),
         h("td", {class: "small"}, r.duration_s !== undefined ? secs(r.duration_s) : "–"))))),
   );
@@ -231,6 +232,11 @@ function renderInstance(main, src, d) {
       h("tbody", {}, d.findings.map((f) => h("tr", {}, h("td", {}, h("span", {class: "rule"}, f.rule)), h("td", {class: "mono"}, f.path),
         h("td", {}, badge(f.action)), h("td", {class: "small"}, f.detail), h("td", {class: "small muted"}, f.rule_text)))))
       : h("p", {class: "muted"}, "No rule fired."),
+    h("h2", {}, d.suspect ? "Suspect (static screening)" : "Static screening"),
+    d.suspicions.length ? h("table", {class: "grid-table", id: "suspicions"}, h("thead", {}, h("tr", {}, ["rule", "path", "line", "detail", "what the rule looks for"].map((c) => h("th", {}, c)))),
+      h("tbody", {}, d.suspicions.map((x) => h("tr", {}, h("td", {}, h("span", {class: "rule"}, x.rule)), h("td", {class: "mono"}, x.path),
+        h("td", {}, x.line ? String(x.line) : "–"), h("td", {class: "small"}, x.detail), h("td", {class: "small muted"}, x.rule_text)))))
+      : h("p", {class: "muted"}, "Not suspect."),
     h("h2", {}, "Logs"),
     Object.entries(d.logs).map(([name, text], i) => h("details", {open: i === 0 || name === "test_output.txt", "data-log": name},
       h("summary", {}, name), name.endsWith(".diff") ? diffView(text) : h("pre", {class: "log"}, text))),
