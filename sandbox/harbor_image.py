@@ -46,6 +46,7 @@ from envfarm.errors import HarborImageError, ImageBuildError, tail
 
 from . import dockerutil, imagebuild, images, rootfs
 from .dockerfile import BUILD_FAILED, Translation, translate_file
+from .harbor_tools import fill_wheelhouse, tools_steps, verifier_requirements
 from .recipes import BUILDER_VERSION, base_for_suite, content_hash
 from .rootfs import ProgressFn
 
@@ -98,8 +99,10 @@ def ensure_task_image(
         first = translation.issues[0]
         raise HarborImageError(name, first.reason, f"line {first.line}: {first.detail}",
                                _fix(first.reason), translation.reasons)
+    test_sh = task_dir / "tests" / "test.sh"
+    tools = verifier_requirements(test_sh.read_text(errors="replace")) if test_sh.is_file() else ()
     try:
-        return _build(task_dir, name, translation, force, progress)
+        return _build(task_dir, name, translation, force, progress, tools)
     except HarborImageError:
         raise
     except ImageBuildError as e:
@@ -136,7 +139,8 @@ def _prebuilt(task_dir: Path) -> TaskImage | None:
     return TaskImage(ref, img.id, "", "", cfg.get("WorkingDir") or "/", cfg.get("User") or None, env)
 
 
-def _build(task_dir: Path, name: str, t: Translation, force: bool, progress: ProgressFn | None) -> TaskImage:
+def _build(task_dir: Path, name: str, t: Translation, force: bool, progress: ProgressFn | None,
+           tools: tuple[str, ...] = ()) -> TaskImage:
     start = time.monotonic()
     base = images.build_base(progress=progress, suite=t.base.suite)
     if base.image_id is None:
@@ -144,20 +148,22 @@ def _build(task_dir: Path, name: str, t: Translation, force: bool, progress: Pro
                               f"{dockerutil.FIX}")
     recipe = base_for_suite(t.base.suite)
     below = ensure_apt_layer(base.tag, base.hash, t.apt_packages, progress) if t.apt_packages else base.tag
-    digest = content_hash(task_dir / "environment", extra=f"{BUILDER_VERSION}\0{below}\0{render(t)}")
+    digest = content_hash(task_dir / "environment", extra=f"{BUILDER_VERSION}\0{below}\0{render(t, tools)}")
     tag = f"envfarm/harbor-{_repo_name(name)}:{digest}"
     with _hash_lock(f"task-{digest}"):
         img = None if force else dockerutil.get_image(tag)
         built = img is None
         if img is None:
             with tempfile.TemporaryDirectory(prefix="envfarm-harbor-") as tmp:
-                folder = _context(Path(tmp), task_dir, t)
+                folder = _context(Path(tmp), task_dir, t, tools)
                 labels = {config.LABEL: "1", images.NAME_LABEL: f"harbor-{_repo_name(name)}",
                           images.HASH_LABEL: digest, "envfarm.base_hash": base.hash, HARBOR_LABEL: "task",
                           "envfarm.harbor.task": name, "envfarm.harbor.python": recipe.python}
                 wheels = hashlib.sha256(f"{recipe.python}\0{recipe.glibc}\0{t.pip_requirements}".encode())
                 spec = imagebuild.LayerSpec(folder, tag, below, labels, f"harbor-{wheels.hexdigest()[:12]}",
                                             recipe.python, recipe.glibc)
+                if tools:
+                    fill_wheelhouse(folder, tools, spec, progress)
                 imagebuild.build_layer(spec, nocache=force, progress=progress)
             img = dockerutil.get_image(tag)
             if img is None:
@@ -297,9 +303,10 @@ def seed_command() -> str:
             "chmod -R u+w /workspace 2>/dev/null; fi; true")
 
 
-def render(t: Translation) -> str:
-    """The Dockerfile built FROM the apt layer (``ARG BASE``), context files under ``context/``; it ends by
-    moving the task's writable folders to ``SEED_DIR`` (:func:`writable_dirs`)."""
+def render(t: Translation, tools: tuple[str, ...] = ()) -> str:
+    """The Dockerfile built FROM the apt layer (``ARG BASE``), context files under ``context/``; then the
+    tools the task's tests fetch (``harbor_tools``); it ends by moving the task's writable folders to
+    ``SEED_DIR`` (:func:`writable_dirs`)."""
     lines = ["ARG BASE", "FROM ${BASE}", "USER root", "WORKDIR /"]
     if t.base.image.split(":")[0].endswith("python"):
         lines.append("ENV PIP_BREAK_SYSTEM_PACKAGES=1")  # python:* images have no EXTERNALLY-MANAGED pip
@@ -312,6 +319,8 @@ def render(t: Translation) -> str:
         if t.user:
             lines.append(f"USER {t.user}")
         lines.append(f"WORKDIR {t.workdir}")
+    if tools:
+        lines += ["USER root", *tools_steps(tools)]
     lines += _relocate(writable_dirs(t))
     return "\n".join(lines) + "\n"
 
@@ -333,10 +342,10 @@ def _render_step(kind: str, args: tuple[str, ...]) -> str:
     return f"{kind.upper()} {args[0]}"
 
 
-def _context(tmp: Path, task_dir: Path, t: Translation) -> Path:
+def _context(tmp: Path, task_dir: Path, t: Translation, tools: tuple[str, ...] = ()) -> Path:
     folder = tmp / "recipe"
     shutil.copytree(task_dir / "environment", folder / "context", symlinks=True)
-    (folder / "Dockerfile").write_text(render(t), encoding="utf-8")
+    (folder / "Dockerfile").write_text(render(t, tools), encoding="utf-8")
     (folder / "requirements.txt").write_text("".join(f"{r}\n" for r in t.pip_requirements), encoding="utf-8")
     return folder
 

@@ -170,3 +170,36 @@ async def test_the_task_image_from_its_dockerfile(tmp_path: Path, backend: str) 
         assert (await play(env, [SUBMIT]))[0] == 0.0
     finally:
         await env.aclose()
+
+
+UVX_TEST_SH = """#!/bin/bash
+set +e
+mkdir -p /logs/verifier
+uvx --python 3.12 --with pytest==8.3.3 \\
+    pytest /tests/test_outputs.py -rA > /logs/verifier/test-stdout.txt 2>&1
+if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+"""
+UVX_TEST = """def test_answer():
+    assert open("/app/answer.txt").read().strip() == "42"
+"""
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("backend", ["docker", "bwrap"])
+async def test_a_task_in_app_graded_with_uvx_offline(tmp_path: Path, backend: str) -> None:
+    """A task as Harbor datasets write them: WORKDIR /app (the root is read-only here: /app is the seeded
+    workspace folder) and tests run by ``uvx --with pytest==...`` (fetched at grading time on Harbor; here
+    installed when the image is built). The oracle scores 1, a no-op 0."""
+    folder = write_task(tmp_path, "in-app", test_sh=UVX_TEST_SH, extra_tests={"test_outputs.py": UVX_TEST})
+    (folder / "environment" / "Dockerfile").write_text(
+        "FROM python:3.12-slim\nWORKDIR /app\nRUN mkdir -p /app/data && echo seed > /app/data/x\n")
+    solve = "#!/bin/bash\ncat /app/data/x && echo 42 > /app/answer.txt\n"
+    (folder / "solution" / "solve.sh").write_text(solve)
+    env = HarborEnv(tasks=tmp_path, backend=backend)
+    try:
+        await env.areset(seed=0)
+        reward, info = await play(env, env.oracle())
+        assert reward == 1.0, info.get("verifier_output")
+        assert (await play(env, [SUBMIT]))[0] == 0.0
+    finally:
+        await env.aclose()
