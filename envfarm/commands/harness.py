@@ -81,12 +81,10 @@ ReportDirOpt = Annotated[Path, typer.Option("--report-dir", help="Folder the rep
 WorkersOpt = Annotated[int, typer.Option("--max-workers", min=1, help="Parallel builds and runs.")]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", min=1, help="Test timeout per instance (s).")]
 BuildWorkersOpt = Annotated[int, typer.Option("--max-workers", min=1, help="Docker builds at once.")]
-ReportOpt = Annotated[
-    Path | None, typer.Option("--report", help="Also write every build's outcome as JSON to this file.")
-]
-EachOpt = Annotated[
-    bool, typer.Option("--each", help="Also list every image (kind, tag, own and total size).")
-]
+ReportOpt = Annotated[Path | None, typer.Option(
+    "--report", help="Also write every build's outcome as JSON to this file.")]
+EachOpt = Annotated[bool, typer.Option(
+    "--each", help="Also list every image (kind, tag, own and total size).")]
 RepoOpt = Annotated[
     list[str] | None, typer.Option("--repo", help="Only this repo's images (owner/name; repeatable).")
 ]
@@ -446,15 +444,8 @@ def _repo_table(plans: list[Plan]) -> Table:
     return table
 
 
-def build_env_images(
-    instances: Path,
-    ids: list[str] | None,
-    specs: list[Path] | None,
-    split: str,
-    max_workers: int,
-    force: bool,
-    report: Path | None,
-) -> None:
+def build_env_images(instances: Path, ids: list[str] | None, specs: list[Path] | None, split: str,
+                     max_workers: int, force: bool, report: Path | None) -> None:
     """Build the env image of every repo/version the rows need (``envfarm images build --harness``)."""
     import dataclasses
     import json
@@ -496,17 +487,15 @@ def images_build(
         bool, typer.Option("--force", help="Rebuild without docker's layer cache (wheels stay cached).")
     ] = False,
     report: ReportOpt = None,
-    json_out: Annotated[
-        Path | None, typer.Option("--json", hidden=True, help="Deprecated: --report.")
-    ] = None,
+    json_out: Annotated[Path | None, typer.Option(
+        "--json", hidden=True, help="Deprecated: --report.")] = None,
 ) -> None:
     """Deprecated: `envfarm images build --harness`."""
     deprecated("harness images build", "images build --harness")
     if json_out is not None:
         deprecated("harness images build --json FILE", "images build --harness --report FILE")
-    build_env_images(
-        instances, parse_ids(instance_ids, ctx.args), specs, split, max_workers, force, report or json_out
-    )
+    build_env_images(instances, parse_ids(instance_ids, ctx.args), specs, split, max_workers, force,
+                     report or json_out)
 
 
 def _print_builds(outcome: EnvBuildOutcome) -> None:
@@ -586,9 +575,8 @@ def prune_env_images(include_env: bool, repos: list[str] | None) -> None:
 
 @images_app.command("list")
 def images_list(
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print JSON: per repo/version ('environments') and per image.")
-    ] = False,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print JSON: per repo/version ('environments') and per image.")] = False,
     each: EachOpt = False,
     images: Annotated[bool, typer.Option("--images", hidden=True, help="Deprecated: --each.")] = False,
 ) -> None:
