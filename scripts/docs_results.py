@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -111,6 +112,25 @@ def render_faults(data: dict[str, Any]) -> list[str]:
     ]
 
 
+def render_fork(data: dict[str, Any]) -> list[str]:
+    """``bench/fork.py``: forking a sandbox that holds a prepared tree, against its exec step and a cold
+    open + prepare."""
+    rows = []
+    for name, b in data["backends"].items():
+        rows.append([name, f"{b['exec_step']['p50_ms']:.2f} ms", f"{b['fork']['p50_ms']:.0f} / "
+                     f"{b['fork']['p99_ms']:.0f} ms", f"{b['fork_over_step_p50']:.0f}x",
+                     f"{b['cold_open_prepare']['p50_ms']:.0f} ms", f"{b['cold_over_fork_p50']:.2f}x"])
+    tree = data["tree"]
+    return [
+        f"{data['cpus']} cores; a parent holding {_fmt(tree['files'])} files ({tree['mb']} MB), "
+        f"{data['children']} children per backend. Targets: fork p50 <= 10x the exec step (bwrap), <= 150x "
+        "(docker); a fork >= 20x faster than a cold open + prepare.",
+        "",
+        *_table(["backend", "exec step p50", "fork p50 / p99", "fork / step", "cold open + prepare p50",
+                 "cold / fork"], rows),
+    ]
+
+
 def _leaves(data: object, prefix: str = "") -> Iterator[tuple[str, object]]:
     if isinstance(data, dict):
         for key, value in data.items():
@@ -136,12 +156,13 @@ BENCHES: dict[str, Bench] = {
     "openenv.json": Bench("OpenEnv server", "python bench/openenv.py", render_generic),
     "swebench.json": Bench("SWE-bench images and overhead", "python bench/swebench.py", render_generic),
     "faults.json": Bench("Fault suites under load", "python bench/faults.py", render_faults),
+    "fork.json": Bench("Sandbox fork", "python bench/fork.py", render_fork),
 }
 
 
 def measured(name: str, data: dict[str, Any]) -> str:
-    """The date a result was measured: its own ``date`` field, else ``MEASURED``."""
-    return str(data.get("date") or MEASURED.get(name, "not recorded"))
+    """The date a result was measured: its own ``date`` or ``measured`` field, else ``MEASURED``."""
+    return str(data.get("date") or data.get("measured") or MEASURED.get(name, "not recorded"))
 
 
 def bench_section(path: Path) -> list[str]:
@@ -157,8 +178,20 @@ def bench_section(path: Path) -> list[str]:
     ]
 
 
+def committed_results(root: Path) -> list[Path]:
+    """The ``bench/results/*.json`` files git tracks (a bench run leaves others beside them until one is
+    committed with ``git add -f``); every one there when ``root`` is not a git checkout."""
+    folder = root / "bench" / "results"
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "--", "bench/results/*.json"], cwd=root,
+                             capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return sorted(folder.glob("*.json"))
+    return sorted(root / name for name in out.decode().split("\0") if name)
+
+
 def render_benchmarks(root: Path) -> str:
-    files = sorted((root / "bench" / "results").glob("*.json"))
+    files = committed_results(root)
     lines = [
         "# Benchmark results",
         "",
