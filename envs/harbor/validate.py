@@ -189,7 +189,7 @@ async def validate_one(task: Any, config: ValidateConfig, progress: ProgressFn |
     try:
         image = await asyncio.to_thread(ensure_task_image, task.path)
     except FarmError as e:
-        return row(False, getattr(e, "reason", None) or "build-failed", _first_lines(str(e)))
+        return row(False, getattr(e, "reason", None) or "build-failed", error_detail(str(e)))
     runs = _Runs()
     try:
         await _run_agents(task, config, runs, progress)
@@ -257,6 +257,14 @@ def judge(runs: _Runs, has_oracle: bool, internet: bool = False) -> tuple[str | 
         asked = " (the task asked for internet)" if internet else ""
         return "needs-network", f"the oracle's run reached for the network{asked}: {_last_lines(output)}"
     return "oracle-failed", f"oracle reward {runs.oracle[0]:g}; {why} {_last_lines(output)}".strip()
+
+
+def error_detail(text: str, limit: int = 400) -> str:
+    """An error's first line and its last lines that are not a ``fix:`` hint (where a build log says
+    what failed)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    tail = [line for line in lines[1:] if not line.startswith("fix:")][-2:]
+    return " | ".join(lines[:1] + tail)[:limit]
 
 
 def _first_lines(text: str, n: int = 3, limit: int = 400) -> str:

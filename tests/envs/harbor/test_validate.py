@@ -107,3 +107,14 @@ def test_validate_builds_runs_and_resumes(tmp_path: Path) -> None:
     assert [r["task"] for r in data["rows"]] == ["downloads", "good", "lenient", "no-solution"]
     again = asyncio.run(validate_tasks(config))
     assert again.rows == result.rows
+
+
+def test_a_build_error_keeps_the_line_that_says_what_failed() -> None:
+    from envfarm.envs.harbor.validate import error_detail
+
+    text = ("task 't': build-failed: docker build of envfarm/harbor-t:1 failed:\n ---> 1043d8ed9c5a\n"
+            "Step 11/28 : COPY [\"context/data/x.csv\", \"/app/data/x.csv\"]\n"
+            "COPY failed: file not found in build context\nfix: correct the recipe\nfix: read the log\n")
+    detail = error_detail(text)
+    assert detail.startswith("task 't': build-failed") and detail.endswith("COPY failed: file not found in "
+                                                                           "build context")
