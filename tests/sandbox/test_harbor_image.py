@@ -84,9 +84,9 @@ async def test_task_image_runs_on_both_backends(
 
 def test_writable_dirs_are_the_tasks_own_folders() -> None:
     t = translate("FROM python:3.12-slim\nWORKDIR /app\nCOPY data /srv/data/\nCOPY x.sh /run.sh\n"
-                  "RUN mkdir -p /home/user/out /tmp/x /var/cache/y && mkdir /results\n"
+                  "RUN mkdir -p /home/agent2 /tmp/x /var/cache/y && mkdir /results\n"
                   "COPY cfg /etc/tool/cfg\nWORKDIR /workspace/sub\n")
-    assert writable_dirs(t) == ("/app", "/home/user", "/results", "/run.sh", "/srv")
+    assert writable_dirs(t) == ("/app", "/home/agent2", "/results", "/run.sh", "/srv")
     assert f"mv \"$d\" \"{SEED_DIR}$d\"" in render(t)
 
 
