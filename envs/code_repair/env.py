@@ -10,17 +10,18 @@ sure its instance image exists (the harness image builder: content-hashed, built
 from it and copies the repository at the base commit to ``/workspace/testbed`` as the harness does.
 
 Tools: ``bash``, ``view``, ``str_replace``, ``create``, ``search``, ``run_tests``, ``submit``. On ``submit``
-(or at the step limit) the diff of the workspace against the base commit (new files included) is graded
-by a fresh harness run of the instance (``harness.run.run_attempt`` then ``harness.grade``: apply the
-patch, tamper rules, reset and apply test_patch, run the tests, swebench's grading). Reward 1.0 when
-resolved; with ``partial_credit`` a fix that keeps every PASS_TO_PASS test passing earns the fraction of
-FAIL_TO_PASS tests it makes pass. ``info["tests"]`` has the swebench tests_status. Every grading run plants
+(or at the step limit) the diff of the workspace against the base commit (new files included) is graded by a
+fresh harness run of the instance (``harness.run.run_attempt`` then ``harness.grade``: apply the patch, tamper
+rules, reset and apply test_patch, run the tests, swebench's grading). Reward 1.0 when resolved; with
+``partial_credit`` a fix that keeps every PASS_TO_PASS test passing earns the fraction of FAIL_TO_PASS tests
+it makes pass. ``info["tests"]`` has the swebench tests_status; ``info["suspect"]`` the static screening rules
+that fired (``harness/screen.py``; with ``strict`` such a patch is not resolved). Every grading run plants
 canary tests and requires every expected test exactly once (``harness/canary.py``). Hidden tests that hang or
 exhaust memory with the patch while the unpatched base runs well inside the budget are the policy's doing:
 reward 0 with ``info["reason"]`` ``timeout``/``oom``, no retry (``harness/verdicts.py``). A grading run that
-fails for infrastructure reasons (twice: a sandbox that died, an environment too slow for its own tests),
-or a test_patch that does not apply, raises :class:`~envfarm.errors.InfraError` from ``astep`` (the sync
-``step`` reports it as ``info["infra_error"]``); it is never a silent reward of 0.
+fails for infrastructure reasons (twice: a sandbox that died, an environment too slow for its own tests), or a
+test_patch that does not apply, raises :class:`~envfarm.errors.InfraError` from ``astep`` (the sync ``step``
+reports it as ``info["infra_error"]``); it is never a silent reward of 0.
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
         bash_timeout_s: float = 60.0,
         test_timeout_s: float = 300.0,
         grade_timeout_s: float = 600.0,
+        strict: bool = False,
         **kwargs: Any,
     ) -> None:
         if "instances" in kwargs:  # instances=: the same as tasks= (a file, or a mined catalogue folder)
@@ -132,7 +134,7 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
         self.plans = _plans(instances, specs)
         self.partial_credit = partial_credit
         self.bash_timeout_s, self.test_timeout_s = float(bash_timeout_s), float(test_timeout_s)
-        self.harness = HarnessConfig(run_id="coderepair", timeout_s=grade_timeout_s)
+        self.harness = HarnessConfig(run_id="coderepair", timeout_s=grade_timeout_s, strict=strict)
         self._backend: Backend | None = None
         self._builder = ImageBuilder(self.repo_source, max_workers=1)
         self._pending: int | None = None
@@ -304,7 +306,7 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
             return 1.0
         tests = report.tests
         if not self.partial_credit or tests is None or tests.pass_to_pass_failure or any(
-                f.blocks_resolution for f in report.findings):
+                f.blocks_resolution for f in report.findings) or (self.harness.strict and report.suspect):
             return 0.0
         total = len(tests.fail_to_pass_success) + len(tests.fail_to_pass_failure)
         return len(tests.fail_to_pass_success) / total if total else 0.0
