@@ -9,7 +9,8 @@ ensure_task_image`, cached by content hash), then ``envfarm/Harbor-v0`` runs an 
 (``solution/solve.sh``; ``repeat`` times) when the task has one, and one with a no-op agent that submits at
 once. Each task's row is written to ``<report-dir>/runs/<run-id>/`` as soon as it is known, so a run with the
 same run id resumes where it stopped; ``validate.json`` and ``validate.md`` are rewritten at the end with
-every row. Every task that does not validate gets one reason from :data:`REASONS`:
+every row (the ``--tasks`` folder written ``TASKS`` in the details). Every task that does not validate gets
+one reason from :data:`REASONS`:
 
 ====================  =================================================================================
 ``needs-network``     the Dockerfile downloads from the internet (curl/wget of a URL, git clone, npm, ...),
@@ -37,7 +38,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -145,7 +146,7 @@ async def validate_tasks(config: ValidateConfig, progress: ProgressFn | None = N
     async def one(folder: Path) -> TaskRow:
         async with gate:
             row = (await _resumed(rows_dir, folder.name)
-                   or await _loaded_and_validated(folder, config, progress))
+                   or _placeholder(await _loaded_and_validated(folder, config, progress), config.tasks))
             await asyncio.to_thread(_write_row, rows_dir, row)
         if progress:
             progress(Event(folder.name, "done", row))
@@ -257,6 +258,12 @@ def judge(runs: _Runs, has_oracle: bool, internet: bool = False) -> tuple[str | 
         asked = " (the task asked for internet)" if internet else ""
         return "needs-network", f"the oracle's run reached for the network{asked}: {_last_lines(output)}"
     return "oracle-failed", f"oracle reward {runs.oracle[0]:g}; {why} {_last_lines(output)}".strip()
+
+
+def _placeholder(row: TaskRow, tasks: Path) -> TaskRow:
+    """``row`` with the tasks folder in its detail written ``TASKS`` (reports name no machine's paths)."""
+    root = str(tasks.resolve())
+    return replace(row, detail=row.detail.replace(root, "TASKS").replace(str(tasks), "TASKS"))
 
 
 def error_detail(text: str, limit: int = 400) -> str:

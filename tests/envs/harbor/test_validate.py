@@ -118,3 +118,11 @@ def test_a_build_error_keeps_the_line_that_says_what_failed() -> None:
     detail = error_detail(text)
     assert detail.startswith("task 't': build-failed") and detail.endswith("COPY failed: file not found in "
                                                                            "build context")
+
+
+def test_reports_name_the_tasks_folder_by_placeholder(tmp_path: Path) -> None:
+    from envfarm.envs.harbor.validate import _placeholder
+
+    detail = f"{tmp_path.resolve()}/t/tests/test.sh is missing"
+    row = TaskRow("t", False, None, None, "verifier-failed", detail, 0.0)
+    assert _placeholder(row, tmp_path).detail == "TASKS/t/tests/test.sh is missing"
