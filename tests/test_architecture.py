@@ -177,3 +177,13 @@ def test_the_default_backend_is_named_once() -> None:
     found = [f"{path.relative_to(ROOT)}:{line}" for path in files
              for line in _backend_defaults(ast.parse(path.read_text()))]
     assert not found, f"use envfarm.sandbox.DEFAULT_BACKEND (or IMAGE_BACKEND) instead of a literal: {found}"
+
+
+def test_test_module_names_are_unique() -> None:
+    """Test folders have no __init__.py (pytest's rootdir imports): two test modules with one basename make
+    the whole collection fail, on the machine that has both."""
+    names: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        names.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    clashes = {name: paths for name, paths in names.items() if len(paths) > 1}
+    assert not clashes, f"rename one of each: {clashes}"
