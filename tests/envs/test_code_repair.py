@@ -10,6 +10,7 @@ import json
 import logging
 import textwrap
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,8 @@ from envfarm.envs.checks import run_conformance
 from envfarm.envs.code_repair import builtin
 from envfarm.envs.code_repair.env import CodeRepairEnv, builtin_instances
 from envfarm.errors import DatasetError
-from envfarm.harness import InstanceReport, Outcome, ResolutionStatus, TestResults
+from envfarm.harness import HarnessConfig, InstanceReport, Outcome, ResolutionStatus, TestResults
+from envfarm.harness.screen import Suspicion
 
 log = logging.getLogger(__name__)
 ENV_ID = "envfarm/CodeRepair-v0"
@@ -152,15 +154,21 @@ def _report(f2p_ok: int, f2p_bad: int, p2p_bad: int, resolved: bool = False) -> 
     return InstanceReport("x", "m", outcome, ResolutionStatus.NO, True, True, tests)
 
 
+def _bare_env(partial_credit: bool, strict: bool = False) -> CodeRepairEnv:
+    env = CodeRepairEnv.__new__(CodeRepairEnv)
+    env.partial_credit = partial_credit
+    env.harness = HarnessConfig(run_id="t", strict=strict)
+    return env
+
+
 def test_partial_credit_counts_fail_to_pass_when_nothing_broke() -> None:
-    full = CodeRepairEnv.__new__(CodeRepairEnv)
-    full.partial_credit = False
-    part = CodeRepairEnv.__new__(CodeRepairEnv)
-    part.partial_credit = True
+    full, part = _bare_env(False), _bare_env(True)
     assert full._reward(_report(1, 1, 0)) == 0.0 and full._reward(_report(2, 0, 0, resolved=True)) == 1.0
     assert part._reward(_report(1, 3, 0)) == 0.25
     assert part._reward(_report(3, 1, 1)) == 0.0  # a previously passing test broke
     assert part._reward(_report(2, 0, 0, resolved=True)) == 1.0
+    suspect = replace(_report(1, 3, 0), suspicions=(Suspicion("trace-hook", "pkg/__init__.py"),))
+    assert part._reward(suspect) == 0.25 and _bare_env(True, strict=True)._reward(suspect) == 0.0
 
 
 
