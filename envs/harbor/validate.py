@@ -9,8 +9,8 @@ ensure_task_image`, cached by content hash), then ``envfarm/Harbor-v0`` runs an 
 (``solution/solve.sh``; ``repeat`` times) when the task has one, and one with a no-op agent that submits at
 once. Each task's row is written to ``<report-dir>/runs/<run-id>/`` as soon as it is known, so a run with the
 same run id resumes where it stopped; ``validate.json`` and ``validate.md`` are rewritten at the end with
-every row (the ``--tasks`` folder written ``TASKS`` in the details). Every task that does not validate gets
-one reason from :data:`REASONS`:
+every row (the ``--tasks`` folder written ``TASKS`` in the details, temporary folders by placeholder).
+Every task that does not validate gets one reason from :data:`REASONS`:
 
 ====================  =================================================================================
 ``needs-network``     the Dockerfile downloads from the internet (curl/wget of a URL, git clone, npm, ...),
@@ -260,10 +260,23 @@ def judge(runs: _Runs, has_oracle: bool, internet: bool = False) -> tuple[str | 
     return "oracle-failed", f"oracle reward {runs.oracle[0]:g}; {why} {_last_lines(output)}".strip()
 
 
+TEMP_NAMES = ((re.compile(r"/tmp/envfarm-verify-[0-9a-f]+"), "VERIFY"),
+              (re.compile(r"/tmp/envfarm-wheelhouse"), "WHEELHOUSE"),
+              (re.compile(r"/tmp/[\w.-]+(?=/)"), "TMP"))
+"""Temporary folders in a detail, by placeholder: the verifier's folder, the build's wheelhouse, any other."""
+
+
+def placeholders(text: str, tasks: Path) -> str:
+    """``text`` with the tasks folder written ``TASKS`` and temporary folders by placeholder (reports name
+    no machine's paths and no per-run folder names)."""
+    text = text.replace(str(tasks.resolve()), "TASKS").replace(str(tasks), "TASKS")
+    for pattern, name in TEMP_NAMES:
+        text = pattern.sub(name, text)
+    return text
+
+
 def _placeholder(row: TaskRow, tasks: Path) -> TaskRow:
-    """``row`` with the tasks folder in its detail written ``TASKS`` (reports name no machine's paths)."""
-    root = str(tasks.resolve())
-    return replace(row, detail=row.detail.replace(root, "TASKS").replace(str(tasks), "TASKS"))
+    return replace(row, detail=placeholders(row.detail, tasks))
 
 
 def error_detail(text: str, limit: int = 400) -> str:
@@ -341,4 +354,4 @@ def num(value: float | None) -> str:
 
 
 __all__ = ["REASONS", "Event", "TaskRow", "ValidateConfig", "Validation", "judge", "markdown", "num",
-           "run_episode", "validate_one", "validate_tasks", "write_reports"]
+           "placeholders", "run_episode", "validate_one", "validate_tasks", "write_reports"]

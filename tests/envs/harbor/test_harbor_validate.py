@@ -126,3 +126,12 @@ def test_reports_name_the_tasks_folder_by_placeholder(tmp_path: Path) -> None:
     detail = f"{tmp_path.resolve()}/t/tests/test.sh is missing"
     row = TaskRow("t", False, None, None, "verifier-failed", detail, 0.0)
     assert _placeholder(row, tmp_path).detail == "TASKS/t/tests/test.sh is missing"
+
+
+def test_temporary_folders_are_written_by_placeholder(tmp_path: Path) -> None:
+    from envfarm.envs.harbor.validate import placeholders
+
+    text = ("FAILED /tmp/envfarm-verify-1f990ec9b0/tests/test_outputs.py::t[/tmp/tmpab_c1/x.csv] | "
+            f"Processing /tmp/envfarm-wheelhouse/pytest-8.4.1.whl | {tmp_path}/t/instruction.md")
+    assert placeholders(text, tmp_path) == ("FAILED VERIFY/tests/test_outputs.py::t[TMP/x.csv] | Processing "
+                                            "WHEELHOUSE/pytest-8.4.1.whl | TASKS/t/instruction.md")
