@@ -319,9 +319,11 @@ def render(t: Translation, tools: tuple[str, ...] = ()) -> str:
         if t.user:
             lines.append(f"USER {t.user}")
         lines.append(f"WORKDIR {t.workdir}")
+    tail = _relocate(writable_dirs(t))
     if tools:
-        lines += ["USER root", *tools_steps(tools)]
-    lines += _relocate(writable_dirs(t))
+        tail = ["USER root", *tools_steps(tools), *tail]
+    if tail:  # the Dockerfile's own USER and WORKDIR stay the image's (WORKDIR follows the seed's symlink)
+        lines += [*tail, *([f"USER {t.user}"] if t.user else []), f"WORKDIR {t.workdir}"]
     return "\n".join(lines) + "\n"
 
 
