@@ -193,7 +193,7 @@ async def validate_one(task: Any, config: ValidateConfig, progress: ProgressFn |
         return row(False, getattr(e, "reason", None) or "build-failed", error_detail(str(e)))
     runs = _Runs()
     try:
-        await _run_agents(task, config, runs, progress)
+        await _run_agents(task, config, runs, progress, image)
     except (InfraError, FarmError, TimeoutError) as e:
         why = "timeout" if isinstance(e, TimeoutError) else "unknown"
         return row(True, why, f"{type(e).__name__}: {_first_lines(str(e))}", runs, image.python)
@@ -201,28 +201,32 @@ async def validate_one(task: Any, config: ValidateConfig, progress: ProgressFn |
     return row(True, reason, detail, runs, image.python)
 
 
-async def _run_agents(task: Any, config: ValidateConfig, runs: _Runs, progress: ProgressFn | None) -> None:
+async def _run_agents(task: Any, config: ValidateConfig, runs: _Runs, progress: ProgressFn | None,
+                      image: Any) -> None:
     if task.has_solution:
         for _ in range(config.repeat):
             if progress:
                 progress(Event(task.name, "oracle"))
-            reward, info = await run_episode(task.path, config.backend, "oracle")
+            reward, info = await run_episode(task.path, config.backend, "oracle", image)
             runs.oracle.append(reward)
             runs.infos.append(info)
     if progress:
         progress(Event(task.name, "noop"))
-    runs.noop, info = await run_episode(task.path, config.backend, "noop")
+    runs.noop, info = await run_episode(task.path, config.backend, "noop", image)
     runs.infos.append(info)
 
 
-async def run_episode(task_dir: Path, backend: str, agent: Agent) -> tuple[float, dict[str, Any]]:
+async def run_episode(task_dir: Path, backend: str, agent: Agent,
+                      image: Any = None) -> tuple[float, dict[str, Any]]:
     """One ``envfarm/Harbor-v0`` episode of the task in ``task_dir``: the oracle's actions, or a submit at
-    once; returns the final reward and info."""
+    once; returns the final reward and info. ``image``: the task's image when the caller has built it
+    already (else the env finds it by its content hash, once per episode)."""
     import gymnasium
 
     import envfarm.envs  # noqa: F401  (registers envfarm/Harbor-v0)
 
-    env = gymnasium.make("envfarm/Harbor-v0", tasks=task_dir, backend=backend).unwrapped
+    image_for = None if image is None else (lambda _task: image)
+    env = gymnasium.make("envfarm/Harbor-v0", tasks=task_dir, backend=backend, image_for=image_for).unwrapped
     try:
         await env.areset(seed=0)  # type: ignore[attr-defined]
         actions = [*env.oracle(), SUBMIT] if agent == "oracle" else [SUBMIT]  # type: ignore[attr-defined]
