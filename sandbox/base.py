@@ -76,6 +76,38 @@ class Handle(ABC):
         return ""
 
 
+class _BootPipe(AgentPipe):
+    """Stands in for the pipe of a sandbox whose agent is still starting (never used for I/O)."""
+
+    async def send(self, data: bytes) -> None:
+        raise ConnectionError("the sandbox has not started")
+
+    async def readline(self) -> bytes:
+        return b""
+
+    async def close(self) -> None:
+        pass
+
+
+class Booting(Handle):
+    """A forked sandbox whose process tree starts in the background; its first call waits for it."""
+
+    def __init__(self, backend: Backend, spec: SandboxSpec) -> None:
+        self.spec = spec
+        self.backend = backend
+        self.pipe = _BootPipe()
+        self.task: asyncio.Task[Handle] = asyncio.ensure_future(backend._boot(spec))
+
+    async def destroy(self) -> None:
+        self.task.cancel()
+        try:
+            handle = await self.task
+        except BaseException:  # cancelled or failed: nothing started, or _open cleaned up after itself
+            await self.backend._abandon(self.spec)
+            return
+        await handle.destroy()
+
+
 class Sandbox(Transfers):
     """A live sandbox. Commands run one at a time (callers are serialised by a lock)."""
 
@@ -165,6 +197,8 @@ class Sandbox(Transfers):
     async def _call(self, op: str, deadline_s: float, **fields: Any) -> dict[str, Any]:
         """Send one request to the agent and wait for its answer; maps every failure to SandboxError."""
         async with self._lock:
+            if isinstance(self._handle, Booting) and self._dead is None:
+                await self._booted(self._handle)
             if self._dead is not None:
                 raise self._dead_error(f"{self} is dead: {self._dead}")
             self._next_id += 1
@@ -188,6 +222,18 @@ class Sandbox(Transfers):
         if not reply.get("ok"):
             raise _agent_error(self, op, fields, reply)
         return reply
+
+    async def _booted(self, booting: Booting) -> None:
+        """Wait for a forked sandbox's process tree (a cancelled caller leaves it starting)."""
+        try:
+            self._handle = await asyncio.shield(booting.task)
+        except asyncio.CancelledError:
+            if not booting.task.done():
+                raise
+            self._dead = "it was closed while starting"
+        except Exception as e:
+            self._dead = f"it did not start: {e}"
+            raise SandboxStartError(f"{self} (a fork) did not start: {e}") from e
 
     async def _read_reply(self, req_id: int) -> dict[str, Any]:
         while True:
@@ -277,11 +323,15 @@ class Backend(ABC):
 
         Must clean up after itself when it fails or is cancelled half-way."""
 
-    async def _fork(self, parent: Sandbox, child: Sandbox) -> None:
-        """Copy ``parent``'s writable paths into the freshly started ``child`` (same image and limits).
+    async def _fork(self, parent: Sandbox, spec: SandboxSpec) -> None:
+        """Snapshot ``parent``'s writable paths for a child that ``_open(spec)`` will start (same image and
+        limits). Called with the parent's command lock held; should be quick (the child boots later).
 
-        Called with the parent's command lock held. Backends that can fork override it."""
+        Backends that can fork override it."""
         raise ForkUnsupported(f"the {self.name} backend cannot fork sandboxes")
+
+    async def _abandon(self, spec: SandboxSpec) -> None:
+        """Free what ``_fork`` prepared for a child whose ``_open`` never ran (closed while booting)."""
 
     async def _fork_sandbox(self, parent: Sandbox) -> Sandbox:
         if type(self)._fork is Backend._fork:  # refuse before starting anything
@@ -289,20 +339,26 @@ class Backend(ABC):
         if not parent.alive:
             raise ForkError(f"cannot fork {parent}: it is {parent._dead or 'closed'}")
         labels = {**parent.spec.labels, PARENT_LABEL: parent.id}
-        child = await self.start(parent.spec.image, parent.limits, labels)
+        spec = SandboxSpec(self._new_id(), parent.spec.image, parent.limits, labels)
         try:
             async with parent._lock, asyncio.timeout(TIMEOUTS.start_s):
                 if parent._dead is not None:
                     raise ForkError(f"cannot fork {parent}: it is {parent._dead}")
-                await self._fork(parent, child)
+                await self._fork(parent, spec)
         except BaseException as e:
-            await child.close()
+            await asyncio.shield(self._abandon(spec))
             if isinstance(e, TimeoutError):
                 raise ForkError(f"forking {parent} took over {TIMEOUTS.start_s:.0f}s (including the wait for "
                                 "its command in flight); fork between commands") from e
             raise
+        child = Sandbox(self, spec, Booting(self, spec))
+        self._live[child.id] = child
         log.debug("%s forked from %s", child, parent)
         return child
+
+    async def _boot(self, spec: SandboxSpec) -> Handle:
+        async with asyncio.timeout(TIMEOUTS.start_s):
+            return await self._open(spec)
 
     async def check(self) -> None:
         """Raise BackendUnavailable (with the fix) when this backend cannot run here."""

@@ -38,7 +38,7 @@ import os
 import pwd
 import shutil
 import stat
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -48,7 +48,9 @@ from envfarm.errors import BackendUnavailable, ConfigError, ImageError, SandboxS
 from .agent_io import ProcessPipe, agent_argv, spawn_agent
 from .base import Backend, Handle, Limits, Sandbox, SandboxSpec
 from .cgroups import DEFAULT_PARENT, DEFAULT_ROOT, Cgroup, CgroupTree, cgroup_name
-from .fork import bwrap_agent_pid, copy_writable
+from .fork import CowFiles, path_specs
+from .fork import gc as gc_layers
+from .overlay import PathSpec
 from .seccomp import ensure_filter, seccomp_fd
 
 log = logging.getLogger(__name__)
@@ -99,10 +101,18 @@ class BwrapConfig:
 
 
 def bwrap_args(rootfs: Path, limits: Limits, command: Sequence[str], path: str = SANDBOX_PATH,
-               seccomp_fd: int | None = None) -> list[str]:
-    """bwrap options for one sandbox, ending in ``command``; ``seccomp_fd``: the BPF program to load."""
-    size, uid = str(limits.disk_mb << 20), str(AGENT_UID)
+               seccomp_fd: int | None = None, binds: Mapping[str, str] | None = None) -> list[str]:
+    """bwrap options for one sandbox, ending in ``command``; ``seccomp_fd``: the BPF program to load;
+    ``binds``: host folder -> writable path inside (the overlays of ``sandbox/fork.py``), instead of the
+    size-capped tmpfs each writable path gets without."""
+    uid = str(AGENT_UID)
     seccomp = [] if seccomp_fd is None else ["--seccomp", str(seccomp_fd)]
+    disk, shm = str(limits.disk_mb << 20), str(limits.shm_mb << 20)
+    writable = {"/dev/shm": ["--perms", "01777", "--size", shm, "--tmpfs", "/dev/shm"],
+                "/workspace": ["--perms", "0755", "--size", disk, "--tmpfs", "/workspace"],
+                "/tmp": ["--perms", "01777", "--size", disk, "--tmpfs", "/tmp"]}
+    for host, inside in (binds or {}).items():
+        writable[inside] = ["--bind", host, inside]
     return [
         "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
         *seccomp,
@@ -111,10 +121,10 @@ def bwrap_args(rootfs: Path, limits: Limits, command: Sequence[str], path: str =
         "--ro-bind", str(rootfs), "/",
         "--proc", "/proc",
         "--dev", "/dev",
-        "--perms", "01777", "--size", str(limits.shm_mb << 20), "--tmpfs", "/dev/shm",
+        *writable["/dev/shm"],
         "--remount-ro", "/dev",
-        "--perms", "0755", "--size", size, "--tmpfs", "/workspace",
-        "--perms", "01777", "--size", size, "--tmpfs", "/tmp",
+        *writable["/workspace"],
+        *writable["/tmp"],
         "--uid", uid, "--gid", uid, "--hostname", "sandbox", "--chdir", AGENT_HOME,
         "--setenv", "PATH", path, "--setenv", "HOME", AGENT_HOME, "--setenv", "LANG", "C.UTF-8",
         "--", *command,
@@ -170,10 +180,13 @@ class BwrapHandle(Handle):
 
     pipe: ProcessPipe
 
-    def __init__(self, pipe: ProcessPipe, cgroup: Cgroup, limits: Limits) -> None:
+    def __init__(self, pipe: ProcessPipe, cgroup: Cgroup, limits: Limits, files: CowFiles,
+                 sandbox_id: str) -> None:
         self.pipe = pipe
         self.cgroup = cgroup
         self.limits = limits
+        self.files = files
+        self.sandbox_id = sandbox_id
 
     @property
     def pid(self) -> int:
@@ -188,7 +201,10 @@ class BwrapHandle(Handle):
             self.cgroup.kill()
             await self.pipe.close()
         finally:
-            await self.cgroup.aremove()  # whatever outlived the first pass, then the cgroup dirs
+            try:
+                await self.cgroup.aremove()  # whatever outlived the first pass, then the cgroup dirs
+            finally:
+                await self.files.release(self.sandbox_id)
 
     async def death_reason(self) -> str:
         proc = self.pipe.proc
@@ -227,6 +243,7 @@ class BwrapBackend(Backend):
         self._setpriv = shutil.which("setpriv", path=HOST_ENV["PATH"])
         self._tree = CgroupTree(Path(self.config.cgroup_root), self.config.cgroup_parent)
         self._rootfs: dict[str | None, Path] = {}
+        self._files = CowFiles()
         self._reap_orphans()
         _cleanup_at_exit(self._tree)
 
@@ -244,7 +261,9 @@ class BwrapBackend(Backend):
         """Kill and remove leftover sandbox cgroups of dead owners (of every owner with ``all_runs``).
 
         Async like the docker backend's (the CLI awaits it); the kill loops run in a thread."""
-        return await asyncio.to_thread(self._tree.gc, all_runs)
+        removed = await asyncio.to_thread(self._tree.gc, all_runs)
+        await gc_layers(all_runs)  # the writable paths of sandboxes whose owner died (docker's too)
+        return removed
 
     # ------------------------------------------------------------------------------------------- checks
 
@@ -334,11 +353,19 @@ class BwrapBackend(Backend):
         return check_rootfs(Path(rootfs_for(image)), self.config.host_uid)
 
     async def _open(self, spec: SandboxSpec) -> Handle:
+        try:
+            return await self._open_tree(spec)
+        except BaseException:
+            await asyncio.shield(self._files.release(spec.sandbox_id))
+            raise
+
+    async def _open_tree(self, spec: SandboxSpec) -> Handle:
         if self._bwrap is None or self._setpriv is None:
             await self.check()  # raises BackendUnavailable naming what is missing
         assert self._bwrap and self._setpriv
         rootfs = await self._resolve_rootfs(spec.image)
         self._prepare_cgroups()
+        await self._files.create(spec.sandbox_id, lambda: self._path_specs(spec.limits))
         name, cfg = cgroup_name(os.getpid(), spec.sandbox_id), self.config
         try:
             cgroup = self._tree.create(name, spec.limits)
@@ -347,7 +374,8 @@ class BwrapBackend(Backend):
                                     "run `envfarm sandbox gc` if leftovers pile up") from e
         try:
             filter_fd = seccomp_fd()  # BackendUnavailable without libseccomp: never run unfiltered
-            args = bwrap_args(rootfs, spec.limits, agent_argv(cfg.python), cfg.path, filter_fd)
+            args = bwrap_args(rootfs, spec.limits, agent_argv(cfg.python), cfg.path, filter_fd,
+                              self._files.mounts(spec.sandbox_id))
             argv = host_argv(self._setpriv, self._bwrap, cfg.host_uid, cgroup.procs_files, spec.limits, args)
             try:
                 proc = await spawn_agent(argv, env=HOST_ENV, cwd="/", pass_fds=(filter_fd,))
@@ -358,13 +386,18 @@ class BwrapBackend(Backend):
             if isinstance(e, OSError):
                 raise SandboxStartError(f"bwrap sandbox {spec.sandbox_id} did not spawn: {e}") from e
             raise
-        return BwrapHandle(ProcessPipe(proc), cgroup, spec.limits)
+        return BwrapHandle(ProcessPipe(proc), cgroup, spec.limits, self._files, spec.sandbox_id)
 
-    async def _fork(self, parent: Sandbox, child: Sandbox) -> None:
-        """Copy the parent's tmpfs (workspace, /tmp, /dev/shm) into the child's: see ``sandbox/fork.py``."""
-        src, dst = parent._handle, child._handle
-        assert isinstance(src, BwrapHandle) and isinstance(dst, BwrapHandle)
-        await copy_writable(bwrap_agent_pid(src.pid), bwrap_agent_pid(dst.pid), str(parent))
+    def _path_specs(self, limits: Limits) -> list[PathSpec]:
+        uid = self.config.host_uid  # uid 1000 inside; root inside maps to nothing on the host
+        return path_specs(limits.disk_mb, limits.shm_mb, uid, uid)
+
+    async def _fork(self, parent: Sandbox, spec: SandboxSpec) -> None:
+        """Copy-on-write: freeze the parent's writes, mount the child's overlays; see ``sandbox/fork.py``."""
+        await self._files.fork(parent.id, spec.sandbox_id, lambda: self._path_specs(spec.limits))
+
+    async def _abandon(self, spec: SandboxSpec) -> None:
+        await self._files.release(spec.sandbox_id)
 
 
 _AT_EXIT: set[tuple[Path, str]] = set()

@@ -29,18 +29,22 @@ import logging
 import os
 import socket
 import struct
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlparse
 
 from docker.errors import APIError, DockerException, NotFound
+from docker.types import Mount
 
 from envfarm import config
-from envfarm.errors import BackendUnavailable, ForkError, ImageNotFound, SandboxStartError, tail
+from envfarm.errors import BackendUnavailable, ImageNotFound, SandboxStartError, tail
 
 from .agent_io import LINE_LIMIT, AgentPipe, agent_argv
 from .base import Backend, Handle, Sandbox, SandboxSpec
 from .dockerutil import client
-from .fork import copy_writable
+from .fork import CowFiles, path_specs
+from .fork import gc as gc_layers
+from .overlay import PathSpec
 
 log = logging.getLogger(__name__)
 
@@ -131,8 +135,10 @@ class DockerStreamPipe(AgentPipe):
 
 
 class DockerHandle(Handle):
-    def __init__(self, backend: DockerBackend, container_id: str, pipe: DockerStreamPipe) -> None:
+    def __init__(self, backend: DockerBackend, container_id: str, pipe: DockerStreamPipe,
+                 sandbox_id: str) -> None:
         self.backend = backend
+        self.sandbox_id = sandbox_id
         self.container_id = container_id
         self.pipe = pipe
         self._destroyed = False
@@ -142,7 +148,10 @@ class DockerHandle(Handle):
             return
         self._destroyed = True
         await self.pipe.close()
-        await asyncio.to_thread(self.backend._remove, self.container_id)
+        try:
+            await asyncio.to_thread(self.backend._remove, self.container_id)
+        finally:
+            await self.backend._files.release(self.sandbox_id)
 
     async def death_reason(self) -> str:
         for _ in range(20):  # the stream can end a moment before the daemon records the exit
@@ -169,6 +178,8 @@ class DockerBackend(Backend):
     def __init__(self, runtime: str | None = None) -> None:
         super().__init__()
         self.runtime = runtime
+        self._files = CowFiles()
+        self._remap: tuple[int, int] | None = None
 
     async def check(self) -> None:
         global _remap_warned
@@ -180,26 +191,40 @@ class DockerBackend(Backend):
 
     async def _open(self, spec: SandboxSpec) -> Handle:
         await self._gc_once()
-        image = await asyncio.to_thread(_resolve, spec.image)
         name = f"envfarm-{spec.sandbox_id}"
         try:
+            image = await asyncio.to_thread(_resolve, spec.image)
+            if self._remap is None:
+                self._remap = await asyncio.to_thread(remap_base)
+            await self._files.create(spec.sandbox_id, lambda: self._path_specs(spec))
             cid = await asyncio.to_thread(self._create, name, image, spec)
             pipe = await DockerStreamPipe.attach(cid, client().api._version)
             await asyncio.to_thread(client().api.start, cid)
         except BaseException as e:
-            await asyncio.shield(asyncio.to_thread(self._remove, name))
+            await asyncio.shield(self._discard(name, spec.sandbox_id))
             if isinstance(e, (APIError, OSError)):
                 raise SandboxStartError(f"docker sandbox {name} did not start: {e}") from e
             raise
-        return DockerHandle(self, cid, pipe)
+        return DockerHandle(self, cid, pipe, spec.sandbox_id)
 
-    async def _fork(self, parent: Sandbox, child: Sandbox) -> None:
-        """Copy the parent container's tmpfs into the child's from the host, no ``docker commit``:
-        see ``sandbox/fork.py``."""
-        src, dst = parent._handle, child._handle
-        assert isinstance(src, DockerHandle) and isinstance(dst, DockerHandle)
-        src_pid, dst_pid = await asyncio.gather(_pid(src.container_id), _pid(dst.container_id))
-        await copy_writable(src_pid, dst_pid, str(parent))
+    async def _discard(self, name: str, sandbox_id: str) -> None:
+        try:
+            await asyncio.to_thread(self._remove, name)
+        finally:
+            await self._files.release(sandbox_id)
+
+    def _path_specs(self, spec: SandboxSpec) -> list[PathSpec]:
+        uid, gid = self._remap or (0, 0)  # what uid 0 in a container is on the host
+        specs = path_specs(spec.limits.disk_mb, spec.limits.shm_mb, uid + config.AGENT_UID, uid)
+        return [s if s.name == "workspace" else replace(s, gid=gid) for s in specs]
+
+    async def _fork(self, parent: Sandbox, spec: SandboxSpec) -> None:
+        """Copy-on-write, no ``docker commit``: freeze the parent's writes, mount the child's overlays
+        (bound into its container later); see ``sandbox/fork.py``."""
+        await self._files.fork(parent.id, spec.sandbox_id, lambda: self._path_specs(spec))
+
+    async def _abandon(self, spec: SandboxSpec) -> None:
+        await self._files.release(spec.sandbox_id)
 
     def _create(self, name: str, image: str, spec: SandboxSpec) -> str:
         api = client().api
@@ -213,16 +238,12 @@ class DockerBackend(Backend):
             mem_limit=f"{lim.memory_mb}m",
             memswap_limit=f"{lim.memory_mb}m",
             nano_cpus=int(lim.cpus * 1e9),
-            tmpfs={
-                "/workspace": f"rw,exec,nosuid,nodev,size={lim.disk_mb}m,uid={config.AGENT_UID},"
-                f"gid={config.AGENT_UID},mode=0755",
-                "/tmp": f"rw,exec,nosuid,nodev,size={lim.disk_mb}m,mode=1777",
-            },
+            mounts=[Mount(inside, host, type="bind", propagation="rslave")  # overlays: sandbox/fork.py
+                    for host, inside in self._files.mounts(spec.sandbox_id).items()],
             init=False,  # the agent is PID 1 (see the module docstring)
             runtime=self.runtime,
             ulimits=[{"Name": "core", "Soft": 0, "Hard": 0},
                      {"Name": "nofile", "Soft": lim.open_files, "Hard": lim.open_files}],
-            shm_size=lim.shm_mb << 20,
             log_config={"Type": "none", "Config": {}},
         )
         labels = {config.LABEL: "1", **{f"envfarm.{k}": v for k, v in config.owner().items()}}
@@ -263,19 +284,18 @@ class DockerBackend(Backend):
                 log.info("removed %d orphaned envfarm containers", removed)
 
     async def gc(self, all_runs: bool = False) -> int:
-        return await asyncio.to_thread(_gc, all_runs)
+        removed = await asyncio.to_thread(_gc, all_runs)
+        await gc_layers(all_runs)  # the writable paths of sandboxes whose owner died (bwrap's too)
+        return removed
 
 
-async def _pid(container_id: str) -> int:
-    """Host pid of the container's PID 1 (the daemon runs on this host)."""
-    try:
-        info = await asyncio.to_thread(client().api.inspect_container, container_id)
-    except (APIError, DockerException) as e:
-        raise ForkError(f"cannot inspect container {container_id[:12]}: {e}") from e
-    pid = int(info.get("State", {}).get("Pid") or 0)
-    if pid <= 0:
-        raise ForkError(f"container {container_id[:12]} is not running")
-    return pid
+def remap_base() -> tuple[int, int]:
+    """Host uid and gid of root in a container: the daemon's --userns-remap range, (0, 0) without one.
+
+    The daemon keeps a remapped root's files in ``<data root>/<uid>.<gid>``."""
+    root = str(client().info().get("DockerRootDir") or "")
+    uid, _, gid = root.rsplit("/", 1)[-1].partition(".")
+    return (int(uid), int(gid)) if uid.isdigit() and gid.isdigit() and userns_remapped() else (0, 0)
 
 
 def _resolve(image: str | None) -> str:

@@ -1,79 +1,107 @@
-"""Copying one live sandbox's writable paths into another: ``Sandbox.fork`` on bwrap and docker.
+"""``Sandbox.fork`` on bwrap and docker: copy-on-write writable paths, and a child that boots meanwhile.
 
-A sandbox's writable state lives in tmpfs mounts inside its own mount namespace (``/workspace``, ``/tmp``,
-``/dev/shm``; the root is read-only on both backends), sized by ``Limits``. A fork starts a fresh sandbox
-with the same image and limits, then streams a tar of the parent's writable paths into it, from the host:
+The writable paths of a sandbox on these backends (``/workspace``, ``/tmp``, ``/dev/shm``; the root is
+read-only) are overlays the host mounts in the layer store and binds into the sandbox (``overlay.py``).
+A fork, with the parent's command lock held (so between two commands, a consistent snapshot):
 
-    cd /proc/<parent pid>/root; tar -c <what workspace, tmp, dev/shm hold>   host root, the parent's view
-      | nsenter -t <child pid> -U -m -S 1000 -G 1000 tar -x -p -C /          the child's namespaces, uid 1000
+1. freezes what the parent wrote since its last fork: its upper tmpfs is remounted read-only and becomes
+   the newest lower layer, and the parent gets a fresh upper over the same layers, mounted over its old
+   overlay on the host and propagated into the running sandbox (the store is a shared mount, the
+   sandbox's bind a slave). A parent that wrote nothing since its last fork is left as it is;
+2. mounts the child's overlays: the same frozen layers, a fresh empty upper each;
+3. starts the child's process tree in the background (``Backend.start`` without waiting): ``fork()``
+   returns then, and the child's first call waits for its agent.
 
-(bwrap: the pids are the agents; docker: each container's PID 1.) The reading tar runs as host root, so it
-reads files the parent made unreadable (mode 000), and it never follows a symlink (tar archives links as
-links). The writing tar runs inside the child's user and mount namespaces as the agent uid, without
-capabilities: it cannot write anywhere the child's own processes could not, the child's tmpfs size caps
-hold, and every file ends up owned by the agent as in the parent (the mount points themselves keep the
-child's modes: docker's /tmp belongs to root). The child's tmpfs are its own, so the
-two sandboxes are independent from then on, deletions included. Processes are not copied: the child's
-agent is fresh. The copy runs between two commands of the parent, when nothing runs in it (the agent kills
-each command's whole tree), so it is a consistent snapshot; should a process outlive its command and write
-meanwhile, the child gets the file as tar read it, and the fork does not fail. The copy costs
-what the parent holds: tmpfs cannot share pages copy-on-write. GNU tar opens every member relative to its
-folder with O_NOFOLLOW, so a parent racing to swap a folder for a symlink cannot point the host-side read
-outside its own tree.
+Costs: a fork copies nothing (a stack deeper than ``overlay.MAX_DEPTH`` layers is flattened once); a child
+costs what it writes, bounded by its own uppers (``Limits.disk_mb`` each for /workspace and /tmp,
+``shm_mb`` for /dev/shm) while the frozen layers are shared. Writes, deletions (whiteouts) and permission
+changes stay in the upper of the sandbox that made them. Processes are not copied: the child's agent is
+fresh, background processes of the parent do not exist in it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
+import logging
+from collections.abc import Callable
+from functools import cache
 
-from envfarm.config import AGENT_UID
-from envfarm.errors import ForkError, tail
+from envfarm import config
+from envfarm.errors import ForkError, SandboxStartError
 
-WRITABLE = ("workspace", "tmp", "dev/shm")
-"""The writable paths of a sandbox (tmpfs mounts on both backends), relative to its root."""
+from .overlay import Files, LayerStore, PathSpec
 
-COPY_SCRIPT = r"""src=$1 dst=$2 uid=$3; shift 3
-userns=-U  # a container without a user namespace of its own shares ours: setns into it would fail
-[ "$(readlink "/proc/$dst/ns/user")" = "$(readlink /proc/self/ns/user)" ] && userns=
-cd "/proc/$src/root" || exit 1  # the parent's root; members: what each mount point holds, not the mount
-find "$@" -mindepth 1 -maxdepth 1 -print0 \
-  | tar -c --null -T - --warning=no-file-changed --warning=no-file-removed \
-  | nsenter -t "$dst" $userns -m -S "$uid" -G "$uid" -- tar -x -p -C /
-st=("${PIPESTATUS[@]}")  # 1 from find or tar -c: a file changed or vanished while read
-[ "${st[0]}" -le 1 ] && [ "${st[1]}" -le 1 ] && [ "${st[2]}" = 0 ] && exit 0
-echo "envfarm: copy failed: find ${st[0]}, tar -c ${st[1]}, tar -x ${st[2]}" >&2
-exit 1
-"""
+log = logging.getLogger(__name__)
+
+WRITABLE = {"workspace": "/workspace", "tmp": "/tmp", "shm": "/dev/shm"}
+"""Store name -> path inside the sandbox, of every writable path."""
 
 
-def bwrap_agent_pid(outer_pid: int) -> int:
-    """Host pid of the agent (PID 1 of the sandbox), the only child of the outer bwrap process."""
+@cache
+def store() -> LayerStore:
+    """The layer store of this host (one per process; entries carry their owner pid)."""
+    return LayerStore(config.home() / "layers")
+
+
+def path_specs(disk_mb: int, shm_mb: int, agent: int, root: int) -> list[PathSpec]:
+    """The writable paths as the host sees them: ``agent``/``root`` are the host uids of uid 1000 / 0."""
+    return [PathSpec("workspace", disk_mb, agent, agent, 0o755),
+            PathSpec("tmp", disk_mb, root, root, 0o1777),
+            PathSpec("shm", shm_mb, root, root, 0o1777)]
+
+
+class CowFiles:
+    """The writable paths of one backend's sandboxes, by sandbox id."""
+
+    def __init__(self) -> None:
+        self._files: dict[str, Files] = {}
+
+    def mounts(self, sandbox_id: str) -> dict[str, str]:
+        """Host path -> sandbox path of a sandbox's overlays."""
+        files = self._files[sandbox_id]
+        return {str(files.mount_point(name)): WRITABLE[name] for name in files.stacks}
+
+    async def create(self, sandbox_id: str, specs: Callable[[], list[PathSpec]]) -> None:
+        """Fresh overlays for an opened sandbox; a forked one has them already."""
+        if sandbox_id in self._files:
+            return
+        try:
+            files = await asyncio.to_thread(store().create, sandbox_id, specs())
+        except OSError as e:
+            raise SandboxStartError(f"sandbox {sandbox_id}: cannot mount its writable paths: {e}; run "
+                                    "`envfarm sandbox gc` if leftovers pile up") from e
+        self._files[sandbox_id] = files
+
+    async def fork(self, parent_id: str, child_id: str, specs: Callable[[], list[PathSpec]]) -> None:
+        """Freeze the parent's writes and mount the child's overlays over the same layers."""
+        parent = self._files.get(parent_id)
+        if parent is None:
+            raise ForkError(f"sandbox {parent_id} has no writable paths of envfarm's to fork")
+        try:
+            files = await asyncio.to_thread(_fork, parent, child_id, specs())
+        except OSError as e:
+            raise ForkError(f"forking sandbox {parent_id}: {e}") from e
+        self._files[child_id] = files
+
+    async def release(self, sandbox_id: str) -> None:
+        """Unmount a sandbox's overlays and drop its layers (once it is dead). Idempotent."""
+        files = self._files.pop(sandbox_id, None)
+        if files is not None:
+            await asyncio.to_thread(store().release, files)
+
+
+def _fork(parent: Files, child_id: str, specs: list[PathSpec]) -> Files:
+    lowers = store().fork(parent)
+    return store().create(child_id, specs, lowers)
+
+
+async def gc(all_runs: bool) -> int:
+    """Remove overlays and layers of dead owners from the store; how many sandboxes' folders went."""
     try:
-        children = Path(f"/proc/{outer_pid}/task/{outer_pid}/children").read_text().split()
+        return await asyncio.to_thread(store().gc, all_runs)
     except OSError as e:
-        raise ForkError(f"bwrap process {outer_pid} is gone: {e}") from e
-    if len(children) != 1:
-        raise ForkError(f"bwrap process {outer_pid} has {len(children)} children, expected the agent alone")
-    return int(children[0])
+        log.warning("layer store gc skipped: %s", e)
+        return 0
 
 
-async def copy_writable(src_pid: int, dst_pid: int, what: str) -> None:
-    """Stream the writable paths of the sandbox whose agent is ``src_pid`` into the one of ``dst_pid``."""
-    proc = await asyncio.create_subprocess_exec(
-        "/bin/bash", "-c", COPY_SCRIPT, "envfarm-fork", str(src_pid), str(dst_pid), str(AGENT_UID), *WRITABLE,
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}, cwd="/",
-    )
-    try:
-        _, err = await proc.communicate()
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    if proc.returncode != 0:
-        raise ForkError(f"copying the files of {what} failed ({proc.returncode}): "
-                        f"{tail(err.decode(errors='replace'))}")
-
-
-__all__ = ["WRITABLE", "bwrap_agent_pid", "copy_writable"]
+__all__ = ["WRITABLE", "CowFiles", "gc", "path_specs", "store"]

@@ -13,7 +13,7 @@ import pytest
 
 from envfarm.commands.doctor import run_checks
 from envfarm.errors import BackendUnavailable
-from envfarm.sandbox import Limits, dockerutil, get_backend
+from envfarm.sandbox import Limits, dockerutil, fork, get_backend
 from envfarm.sandbox.docker import userns_remapped
 
 pytestmark = pytest.mark.docker
@@ -24,19 +24,38 @@ async def test_container_is_locked_down_and_labelled() -> None:
     async with backend.open(limits=Limits(cpus=0.5, memory_mb=256, pids=50, disk_mb=32)) as sb:
         cid = sb._handle.container_id  # type: ignore[attr-defined]
         info = await asyncio.to_thread(dockerutil.client().api.inspect_container, cid)
+        stacks = backend._files._files[sb.id].stacks  # type: ignore[attr-defined]
+        caps = {name: _tmpfs_size(stack.upper.path) for name, stack in stacks.items()}
     host = info["HostConfig"]
     assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] is True
     assert host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
     assert host["PidsLimit"] == 50 and host["Memory"] == 256 << 20 and host["NanoCpus"] == 500_000_000
-    assert "size=32m" in host["Tmpfs"]["/workspace"] and not host["Binds"] and not info["Mounts"]
+    # the only host paths inside: the sandbox's own overlays in envfarm's layer store (sandbox/fork.py),
+    # their uppers on tmpfs of the caps
+    assert not host.get("Tmpfs") and not host["Binds"]
+    mounts = {m["Destination"]: m for m in info["Mounts"]}
+    assert sorted(mounts) == ["/dev/shm", "/tmp", "/workspace"]
+    for m in mounts.values():
+        assert m["Type"] == "bind" and m["Propagation"] == "rslave"
+        assert Path(m["Source"]).parent == fork.store().boxes / sb.id
+    assert caps == {"workspace": 32 << 10, "tmp": 32 << 10, "shm": Limits().shm_mb << 10}
     assert info["Config"]["User"] == "1000:1000"
     assert host["LogConfig"] == {"Type": "none", "Config": {}}  # nothing a sandbox prints lands on host disk
-    assert host["ShmSize"] == Limits().shm_mb << 20
     ulimits = {u["Name"]: (u["Soft"], u["Hard"]) for u in host["Ulimits"]}
     assert ulimits == {"core": (0, 0), "nofile": (Limits().open_files, Limits().open_files)}
     labels = info["Config"]["Labels"]
     assert labels["envfarm"] == "1" and labels["envfarm.owner_pid"] == str(os.getpid())
     assert labels["envfarm.run_id"]
+
+
+def _tmpfs_size(path: Path) -> int:
+    """The size= option (KiB) of the tmpfs mounted at ``path``."""
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if fields[4] == str(path):
+            opts = dict(o.partition("=")[::2] for o in fields[-1].split(","))
+            return int(opts["size"].rstrip("k"))
+    raise AssertionError(f"no tmpfs at {path}")
 
 
 def host_view(pid: int, names: list[str]) -> tuple[set[int], set[int]]:
