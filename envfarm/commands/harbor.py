@@ -2,7 +2,7 @@
 ``tests/test.sh``, ``solution/solve.sh``) checked here, offline.
 
     envfarm harbor validate --tasks DIR --report-dir R [--task-ids A B] [--run-id ID] [--max-workers N]
-                            [--repeat K] [--backend bwrap|docker]
+                            [--repeat K] [--backend bwrap|docker] [--prune-images]
 
 The tasks themselves run as an env: ``gymnasium.make("envfarm/Harbor-v0", tasks=DIR)`` (``envfarm farm run
 --env envfarm/Harbor-v0 --env-kwargs '{"tasks": "DIR"}'``, ``eval``, ``train``).
@@ -35,6 +35,9 @@ RunIdOpt = Annotated[str, typer.Option("--run-id", help="Run id; the same id res
 WorkersOpt = Annotated[int, typer.Option("--max-workers", min=1, help="Tasks built and run at once.")]
 RepeatOpt = Annotated[int, typer.Option("--repeat", min=1, help="Oracle runs per task (flakiness).")]
 BackendOpt = Annotated[str, typer.Option("--backend", help="Sandbox backend: bwrap or docker.")]
+PruneOpt = Annotated[bool, typer.Option(
+    "--prune-images", help="Remove what each task built once no task left in the run needs it (thousands "
+    "of tasks on a small disk); tasks then run grouped by their apt packages.")]
 
 
 @app.command("validate")
@@ -46,6 +49,7 @@ def validate_cmd(
     max_workers: WorkersOpt = 2,
     repeat: RepeatOpt = 1,
     backend: BackendOpt = DEFAULT_BACKEND,
+    prune_images: PruneOpt = False,
 ) -> None:
     """Per task: build its image offline, run its oracle (solution/solve.sh) and a no-op agent; write
     validate.json and validate.md with a reason for every task that does not validate."""
@@ -55,7 +59,8 @@ def validate_cmd(
     ids = tuple(i for given in task_ids or () for i in given.split())
     total = len(select_dirs(tasks, list(ids) or None))  # unknown ids fail here, before any build
     config = ValidateConfig(tasks=tasks, report_dir=report_dir, task_ids=ids, run_id=run_id,
-                            max_workers=max_workers, repeat=repeat, backend=backend)
+                            max_workers=max_workers, repeat=repeat, backend=backend,
+                            prune_images=prune_images)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err, disable=not err.is_terminal) as bar:
         job = bar.add_task("validating", total=total)

@@ -45,6 +45,8 @@ from typing import Any, Literal
 from envfarm.errors import ConfigError, FarmError, HarborTaskError, InfraError
 from envfarm.sandbox import DEFAULT_BACKEND
 
+from .janitor import Janitor
+
 log = logging.getLogger(__name__)
 
 REASONS = ("needs-network", "unsupported-base", "build-failed", "verifier-failed", "oracle-failed", "timeout",
@@ -94,6 +96,8 @@ class ValidateConfig:
     repeat: int = 1
     """Oracle runs per task (flakiness)."""
     backend: str = DEFAULT_BACKEND
+    prune_images: bool = False
+    """Remove what each task built once no task left in the run needs it (:mod:`.janitor`)."""
 
     def __post_init__(self) -> None:
         if self.max_workers < 1 or self.repeat < 1:
@@ -141,25 +145,32 @@ async def validate_tasks(config: ValidateConfig, progress: ProgressFn | None = N
     folders = await asyncio.to_thread(select_dirs, config.tasks, list(config.task_ids) or None)
     rows_dir = config.report_dir / "runs" / config.run_id
     await asyncio.to_thread(rows_dir.mkdir, parents=True, exist_ok=True)
+    order, janitor = await Janitor.plan(folders) if config.prune_images else (folders, None)
     gate = asyncio.Semaphore(config.max_workers)
+    rows_by: dict[Path, TaskRow] = {}
 
-    async def one(folder: Path) -> TaskRow:
+    async def one(folder: Path) -> None:
         async with gate:
             row = (await _resumed(rows_dir, folder.name)
-                   or _placeholder(await _loaded_and_validated(folder, config, progress), config.tasks))
+                   or _placeholder(await _loaded_and_validated(folder, config, progress, janitor),
+                                   config.tasks))
             await asyncio.to_thread(_write_row, rows_dir, row)
+            if janitor is not None:
+                await janitor.done(folder)
+        rows_by[folder] = row
         if progress:
             progress(Event(folder.name, "done", row))
-        return row
 
     async with asyncio.TaskGroup() as group:
-        running = [group.create_task(one(f)) for f in folders]
-    rows = tuple(t.result() for t in running)
+        for f in order:
+            group.create_task(one(f))
+    rows = tuple(rows_by[f] for f in folders)
     paths = await asyncio.to_thread(write_reports, config.report_dir, config.run_id, rows)
     return Validation(config.run_id, rows, *paths)
 
 
-async def _loaded_and_validated(folder: Path, config: ValidateConfig, progress: ProgressFn | None) -> TaskRow:
+async def _loaded_and_validated(folder: Path, config: ValidateConfig, progress: ProgressFn | None,
+                                janitor: Janitor | None = None) -> TaskRow:
     """A task folder that does not load is a row too: without tests/test.sh it has no verifier."""
     from .task import load_task
 
@@ -168,12 +179,14 @@ async def _loaded_and_validated(folder: Path, config: ValidateConfig, progress: 
     except HarborTaskError as e:
         reason = "verifier-failed" if "test.sh" in str(e) else "unknown"
         return TaskRow(folder.name, False, None, None, reason, _first_lines(str(e)), 0.0)
-    return await validate_one(task, config, progress)
+    return await validate_one(task, config, progress, janitor)
 
 
-async def validate_one(task: Any, config: ValidateConfig, progress: ProgressFn | None = None) -> TaskRow:
+async def validate_one(task: Any, config: ValidateConfig, progress: ProgressFn | None = None,
+                       janitor: Janitor | None = None) -> TaskRow:
     """Build ``task``'s image, run its oracle (``config.repeat`` times) and a no-op agent; never raises for
-    what the task does (a failure is the row's reason)."""
+    what the task does (a failure is the row's reason). ``janitor``: builds go through it
+    (``--prune-images``)."""
     from envfarm.sandbox.harbor_image import ensure_task_image
 
     start = time.monotonic()
@@ -188,7 +201,8 @@ async def validate_one(task: Any, config: ValidateConfig, progress: ProgressFn |
     if progress:
         progress(Event(task.name, "build"))
     try:
-        image = await asyncio.to_thread(ensure_task_image, task.path)
+        image = (await janitor.build(task.path) if janitor is not None
+                 else await asyncio.to_thread(ensure_task_image, task.path))
     except FarmError as e:
         return row(False, getattr(e, "reason", None) or "build-failed", error_detail(str(e)))
     runs = _Runs()

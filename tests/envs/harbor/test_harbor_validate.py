@@ -135,3 +135,44 @@ def test_temporary_folders_are_written_by_placeholder(tmp_path: Path) -> None:
             f"Processing /tmp/envfarm-wheelhouse/pytest-8.4.1.whl | {tmp_path}/t/instruction.md")
     assert placeholders(text, tmp_path) == ("FAILED VERIFY/tests/test_outputs.py::t[TMP/x.csv] | Processing "
                                             "WHEELHOUSE/pytest-8.4.1.whl | TASKS/t/instruction.md")
+
+
+def test_the_janitor_runs_small_apt_groups_first(tmp_path: Path) -> None:
+    from harbor_tasks import write_task
+
+    from envfarm.envs.harbor.janitor import Janitor, apt_group
+
+    folders = []
+    for name, packages in (("a", "jq"), ("b", ""), ("c", "jq"), ("d", "sqlite3 jq")):
+        folder = write_task(tmp_path, name)
+        install = f"RUN apt-get update && apt-get install -y {packages}\n" if packages else ""
+        (folder / "environment" / "Dockerfile").write_text(f"FROM python:3.11-slim\n{install}WORKDIR /app\n")
+        folders.append(folder)
+    assert {"jq", "sqlite3"} <= set(apt_group(folders[3])) and "jq" not in apt_group(folders[1])
+    assert apt_group(folders[0]) == apt_group(folders[2]) == tuple(sorted(apt_group(folders[0])))
+    order, _ = asyncio.run(Janitor.plan(folders))
+    assert {f.name for f in order[:2]} == {"b", "d"} and [f.name for f in order[2:]] == ["a", "c"]
+
+
+@pytest.mark.docker
+def test_pruning_removes_each_groups_images_and_exports_once_its_rows_are_written(tmp_path: Path) -> None:
+    """``--prune-images`` on bwrap: the rows are those of a plain run, and afterwards docker has neither
+    task's image and the rootfs folder holds no export of them."""
+    import uuid
+
+    from harbor_tasks import write_task
+
+    from envfarm.envs.harbor.validate import validate_tasks
+    from envfarm.sandbox import dockerutil, rootfs
+
+    tag = uuid.uuid4().hex[:8]
+    tasks = tmp_path / "tasks"
+    for name in (f"prune-a-{tag}", f"prune-b-{tag}"):
+        write_task(tasks, name)
+    config = ValidateConfig(tasks=tasks, report_dir=tmp_path / "r", run_id="p", prune_images=True)
+    result = asyncio.run(validate_tasks(config))
+    assert [(r.validated, r.oracle_reward, r.noop_reward) for r in result.rows] == [(True, 1.0, 0.0)] * 2
+    left = [t for img in dockerutil.client().images.list() for t in img.tags if tag in t]
+    assert left == []
+    exports = [rootfs.read_marker(p) for p in rootfs.rootfs_dir().glob("img-*") if p.is_dir()]
+    assert [m for m in exports if m and tag in str(m.get("name"))] == []
