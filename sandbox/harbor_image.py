@@ -15,7 +15,9 @@
 ``reason`` is ``needs-network``, ``unsupported-base`` (both found before anything is built) or
 ``build-failed`` (apt or docker build failed; ``detail`` holds the tool's message). ``TaskImage.reasons`` is
 therefore empty for a built image. A ``docker_image`` named in ``task.toml``'s ``[environment]`` that docker
-has is used as is. Images are content-hashed: an unchanged task is a lookup. Builds of the same hash are
+has is used as is, plus one cached layer (``envfarm/harbor-prebuilt:<hash>``) that moves what the image
+keeps in /workspace and its WORKDIR's top folder to the seed the env copies into the sandbox's workspace.
+Images are content-hashed: an unchanged task is a lookup. Builds of the same hash are
 serialised by a lock file; a killed build leaves only staging folders and untagged layers, never a tag.
 The image keeps the envfarm conventions (user ``agent`` uid 1000, ``/workspace``); the Dockerfile's last
 USER and WORKDIR are recorded, not forced, and the env decides. Harbor images carry ``envfarm.harbor``
@@ -40,6 +42,8 @@ import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from docker.errors import DockerException
 
 from envfarm import config
 from envfarm.errors import HarborImageError, ImageBuildError, tail
@@ -78,6 +82,8 @@ class TaskImage:
     """Empty for a built image (failures raise :class:`HarborImageError`)."""
     built: bool = False
     """False when the image was found by its content hash."""
+    apt_layer: str = ""
+    """The tag of the shared apt layer it was built on ("" when the task needs no apt package)."""
 
 
 def ensure_task_image(
@@ -136,7 +142,42 @@ def _prebuilt(task_dir: Path) -> TaskImage | None:
         return None
     cfg = img.attrs.get("Config") or {}
     env = tuple((e.split("=", 1)[0], e.split("=", 1)[1]) for e in cfg.get("Env") or [] if "=" in e)
-    return TaskImage(ref, img.id, "", "", cfg.get("WorkingDir") or "/", cfg.get("User") or None, env)
+    workdir, user = cfg.get("WorkingDir") or "/", cfg.get("User") or None
+    tag, image_id, built = _seeded(ref, img.id, workdir, user)
+    return TaskImage(tag, image_id, "", "", workdir, user, env, (), built)
+
+
+PREBUILT_REPO = "envfarm/harbor-prebuilt"
+
+
+def _seeded(ref: str, image_id: str, workdir: str, user: str | None) -> tuple[str, str, bool]:
+    """A prebuilt image as it is, plus one layer that moves what it keeps in /workspace and its WORKDIR's
+    top folder to ``SEED_DIR`` (the sandbox mounts a fresh workspace over /workspace and keeps the root
+    read-only; the env seeds the workspace from there). Cached by the image's id: (tag, id, built)."""
+    text = render_seed_layer(workdir, user)
+    key = hashlib.sha256(f"{BUILDER_VERSION}\0{image_id}\0{text}".encode()).hexdigest()[:12]
+    tag = f"{PREBUILT_REPO}:{key}"
+    with _hash_lock(f"prebuilt-{key}"):
+        img = dockerutil.get_image(tag)
+        if img is not None:
+            return tag, img.id, False
+        with tempfile.TemporaryDirectory(prefix="envfarm-harbor-") as tmp:
+            (Path(tmp) / "Dockerfile").write_text(text, encoding="utf-8")
+            labels = {config.LABEL: "1", images.NAME_LABEL: "harbor-prebuilt", images.HASH_LABEL: key,
+                      HARBOR_LABEL: "prebuilt", "envfarm.harbor.prebuilt": ref}
+            spec = imagebuild.LayerSpec(Path(tmp), tag, ref, labels, "harbor-prebuilt", "", "")
+            return tag, imagebuild.build_layer(spec), True
+
+
+def render_seed_layer(workdir: str, user: str | None) -> str:
+    """The Dockerfile of :func:`_seeded` (``ARG BASE``: the prebuilt image)."""
+    top = _top(workdir)
+    moves = (f'for e in /workspace/* /workspace/.[!.]*; do if [ -e "$e" ] || [ -L "$e" ]; then '
+             f'mkdir -p {SEED_DIR} && mv "$e" {SEED_DIR}/; fi; done; '
+             f'if [ -d {SEED_DIR} ]; then chmod -R a+rX {SEED_DIR}; fi')
+    lines = ["ARG BASE", "FROM ${BASE}", "USER root", "WORKDIR /", f"RUN {moves}"]
+    lines += _relocate((top,) if top and not _system(top) else ())[2:]
+    return "\n".join([*lines, *([f"USER {user}"] if user else []), f"WORKDIR {workdir}"]) + "\n"
 
 
 def _build(task_dir: Path, name: str, t: Translation, force: bool, progress: ProgressFn | None,
@@ -172,7 +213,8 @@ def _build(task_dir: Path, name: str, t: Translation, force: bool, progress: Pro
     cfg = img.attrs.get("Config") or {}
     resolved = dict(e.split("=", 1) for e in cfg.get("Env") or [] if "=" in e)
     env = tuple((k, resolved.get(k, v)) for k, v in t.env)
-    return TaskImage(tag, img.id, recipe.python, recipe.suite, t.workdir, t.user, env, (), built)
+    return TaskImage(tag, img.id, recipe.python, recipe.suite, t.workdir, t.user, env, (), built,
+                     below if t.apt_packages else "")
 
 
 def _repo_name(name: str) -> str:
@@ -290,7 +332,7 @@ def _relocate(dirs: tuple[str, ...]) -> list[str]:
     if not dirs:
         return []
     script = ("set -e; for d in " + " ".join(shlex.quote(d) for d in dirs) + "; do "
-              'if [ -e "$d" ] && [ ! -d "$d" ]; then continue; fi; '
+              'if [ -L "$d" ] || { [ -e "$d" ] && [ ! -d "$d" ]; }; then continue; fi; '
               f'mkdir -p "{SEED_DIR}$(dirname "$d")" "$d"; mv "$d" "{SEED_DIR}$d"; '
               'ln -s "/workspace$d" "$d"; done; '
               f"chmod -R a+rX {SEED_DIR}")
@@ -358,5 +400,25 @@ def _note(progress: ProgressFn | None, message: str) -> None:
         progress(message)
 
 
-__all__ = ["HARBOR_LABEL", "SEED_DIR", "TaskImage", "aensure_task_image", "ensure_apt_layer",
-           "ensure_task_image", "render", "seed_command", "writable_dirs"]
+# ------------------------------------------------------------------------------------------------ discard
+
+
+def discard(ref: str, *, keep_cache: bool = True) -> int:
+    """Remove the image ``ref`` and its bwrap export (large runs: ``harbor validate --prune-images``);
+    returns the export's bytes freed. ``keep_cache``: the build's intermediate layers stay for the next
+    task with the same steps (else docker removes every parent no other image uses). Never raises for an
+    image that is gone or still used."""
+    img = dockerutil.get_image(ref)
+    if img is None:
+        return 0
+    export = rootfs.export_dir(img.id)
+    freed = rootfs.remove(export) if export.exists() else 0
+    try:
+        dockerutil.client().images.remove(ref, noprune=keep_cache)
+    except DockerException as e:
+        log.info("kept %s: %s", ref, e)
+    return freed
+
+
+__all__ = ["HARBOR_LABEL", "SEED_DIR", "TaskImage", "aensure_task_image", "discard", "ensure_apt_layer",
+           "ensure_task_image", "render", "render_seed_layer", "seed_command", "writable_dirs"]

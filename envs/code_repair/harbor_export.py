@@ -5,9 +5,11 @@
 One folder per task, in the layout of Harbor's SWE-bench adapter (the repository at ``/testbed``)::
 
     <task>/task.toml              [task] name, [metadata], [verifier]/[agent] timeouts, [environment] with
-                                  docker_image = envfarm's image of the task (built here when missing)
+                                  docker_image = the local tag of environment/Dockerfile, built here (a
+                                  runner given docker_image runs it instead of building)
     <task>/instruction.md         the prompt CodeRepair shows
-    <task>/environment/Dockerfile FROM that image; copies the pristine repository to /testbed
+    <task>/environment/Dockerfile FROM envfarm's image of the task (built here when missing); copies the
+                                  pristine repository to /testbed
     <task>/tests/test.sh          the harness's steps: reset the test files, apply test_patch, plant the
                                   canaries, run the harness's eval script, grade (grade.py)
     <task>/tests/...              test.patch, eval.sh, canaries/<module>, config.json, grade.py
@@ -20,6 +22,7 @@ Canaries are planted here, once per export, with a generator seeded by the insta
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import random
 import shlex
@@ -30,17 +33,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from envfarm.errors import HarnessError
+from envfarm import config
+from envfarm.errors import HarnessError, ImageBuildError
 from envfarm.harness import _swebench, canary, repos
 from envfarm.harness.images import PRISTINE, WORKDIR, ImageBuilder
 from envfarm.harness.layout import ENV_SH
 from envfarm.harness.run import GIT, RESTORE, eval_script
 from envfarm.harness.specs import Plan
+from envfarm.sandbox import dockerutil, imagebuild, images
+from envfarm.sandbox.recipes import BUILDER_VERSION
 
 from .env import CodeRepairEnv, RepairTask
 
 GRADER = Path(__file__).with_name("harbor_grade.py")
 VERIFIER = "/logs/verifier"
+EXPORT_REPO = "envfarm/harbor-export"
 AGENT_TIMEOUT_S = 1800.0
 BUILD_TIMEOUT_S = 600.0
 
@@ -56,8 +63,11 @@ class Exported:
     instance_id: str
     folder: Path
     image: str
+    """task.toml's docker_image: environment/Dockerfile built here."""
     canaries: int
     seconds: float
+    from_image: str = ""
+    """envfarm's image of the task, the Dockerfile's FROM."""
 
 
 async def export_harbor(env: CodeRepairEnv, out: Path, *, build_workers: int = 2,
@@ -73,7 +83,8 @@ async def export_harbor(env: CodeRepairEnv, out: Path, *, build_workers: int = 2
         task = RepairTask(plan.instance.instance_id, index, plan)
         folder = out / safe_name(plan.instance.instance_id)
         planted = await asyncio.to_thread(write_task, env, task, image, folder)
-        item = Exported(plan.instance.instance_id, folder, image, planted, time.monotonic() - t)
+        tag = await asyncio.to_thread(build_environment, folder, plan.instance.instance_id)
+        item = Exported(plan.instance.instance_id, folder, tag, planted, time.monotonic() - t, image)
         done.append(item)
         if progress is not None:
             progress(item)
@@ -94,9 +105,10 @@ def write_task(env: CodeRepairEnv, task: RepairTask, image: str, folder: Path) -
     plan = task.plan
     for sub in ("environment", "tests/canaries", "solution"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
-    (folder / "task.toml").write_text(task_toml(env, plan, image))
+    text = dockerfile(image)
+    (folder / "task.toml").write_text(task_toml(env, plan, export_tag(plan.instance.instance_id, text)))
     (folder / "instruction.md").write_text(env.prompt(task).strip() + "\n")
-    (folder / "environment" / "Dockerfile").write_text(dockerfile(image))
+    (folder / "environment" / "Dockerfile").write_text(text)
     (folder / "solution" / "solve.sh").write_text(solve_sh(plan.instance.patch))
     planted = plant_canaries(env, plan)
     tests = folder / "tests"
@@ -144,6 +156,28 @@ def dockerfile(image: str) -> str:
             f"    && ln -sfn {WORKDIR} /testbed\nWORKDIR /testbed\n")
 
 
+def export_tag(instance_id: str, dockerfile_text: str) -> str:
+    """The local tag environment/Dockerfile is built into (content-hashed: FROM names a hashed image)."""
+    key = hashlib.sha256(f"{BUILDER_VERSION}\0{dockerfile_text}".encode()).hexdigest()[:12]
+    return f"{EXPORT_REPO}.{safe_name(instance_id)}:{key}"
+
+
+def build_environment(folder: Path, instance_id: str) -> str:
+    """Build ``folder/environment`` as Harbor would (no network) unless docker has its tag; the tag."""
+    text = (folder / "environment" / "Dockerfile").read_text()
+    tag = export_tag(instance_id, text)
+    if dockerutil.get_image(tag) is None:
+        labels = {config.LABEL: "1", images.NAME_LABEL: "harbor-export",
+                  images.HASH_LABEL: tag.split(":")[-1], images.HARBOR_LABEL: "export"}
+        spec = imagebuild.LayerSpec(folder / "environment", tag, "", labels, "harbor-export", "", "")
+        try:
+            imagebuild.build_layer(spec)
+        except ImageBuildError as e:
+            raise ExportError(f"{instance_id}: environment/Dockerfile did not build ({e}); run "
+                              "`envfarm images build` and export again") from e
+    return tag
+
+
 def solve_sh(patch: str) -> str:
     mark = "ENVFARM_GOLD_PATCH"
     while mark in patch:
@@ -186,7 +220,10 @@ def plant_canaries(env: CodeRepairEnv, plan: Plan) -> _Planted:
     texts = patched_test_files(env, plan)
     for module in canary.pick_module(plan.test_files, plan.test_command, rng):
         if module in texts:
-            planting = canary.plant(module, texts[module], canary.style_for(plan.log_parser), rng)
+            inst = plan.instance
+            known = canary.known_for(inst.fail_to_pass, inst.pass_to_pass, inst.test_patch)
+            style = canary.style_for(plan.log_parser)
+            planting = canary.plant(module, texts[module], style, rng, known=known)
             return _Planted(planting.canaries, {module: planting.text})
     return _Planted((), {})
 
