@@ -42,12 +42,11 @@ from envfarm.errors import (
 )
 
 from .agent_io import AgentPipe, agent_argv
+from .fork import PARENT_LABEL
 from .transfer import Transfers
 from .values import TIMEOUTS, ExecResult, Limits
 
 log = logging.getLogger(__name__)
-PARENT_LABEL = "envfarm.parent"
-"""Label of a forked sandbox that names its parent's id (docker shows it in `envfarm sandbox list`)."""
 _SANDBOX_NUMBERS = itertools.count(1)
 """Sandbox numbers of this process (``next`` is atomic under the GIL)."""
 

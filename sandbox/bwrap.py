@@ -365,7 +365,7 @@ class BwrapBackend(Backend):
         assert self._bwrap and self._setpriv
         rootfs = await self._resolve_rootfs(spec.image)
         self._prepare_cgroups()
-        await self._files.create(spec.sandbox_id, lambda: self._path_specs(spec.limits))
+        await self._files.create(spec, self.name, lambda: self._path_specs(spec.limits))
         name, cfg = cgroup_name(os.getpid(), spec.sandbox_id), self.config
         try:
             cgroup = self._tree.create(name, spec.limits)
@@ -394,7 +394,7 @@ class BwrapBackend(Backend):
 
     async def _fork(self, parent: Sandbox, spec: SandboxSpec) -> None:
         """Copy-on-write: freeze the parent's writes, mount the child's overlays; see ``sandbox/fork.py``."""
-        await self._files.fork(parent.id, spec.sandbox_id, lambda: self._path_specs(spec.limits))
+        await self._files.fork(parent.id, spec, self.name, lambda: self._path_specs(spec.limits))
 
     async def _abandon(self, spec: SandboxSpec) -> None:
         await self._files.release(spec.sandbox_id)

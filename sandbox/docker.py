@@ -196,7 +196,7 @@ class DockerBackend(Backend):
             image = await asyncio.to_thread(_resolve, spec.image)
             if self._remap is None:
                 self._remap = await asyncio.to_thread(remap_base)
-            await self._files.create(spec.sandbox_id, lambda: self._path_specs(spec))
+            await self._files.create(spec, self.name, lambda: self._path_specs(spec))
             cid = await asyncio.to_thread(self._create, name, image, spec)
             pipe = await DockerStreamPipe.attach(cid, client().api._version)
             await asyncio.to_thread(client().api.start, cid)
@@ -221,7 +221,7 @@ class DockerBackend(Backend):
     async def _fork(self, parent: Sandbox, spec: SandboxSpec) -> None:
         """Copy-on-write, no ``docker commit``: freeze the parent's writes, mount the child's overlays
         (bound into its container later); see ``sandbox/fork.py``."""
-        await self._files.fork(parent.id, spec.sandbox_id, lambda: self._path_specs(spec))
+        await self._files.fork(parent.id, spec, self.name, lambda: self._path_specs(spec))
 
     async def _abandon(self, spec: SandboxSpec) -> None:
         await self._files.release(spec.sandbox_id)

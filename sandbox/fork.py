@@ -25,11 +25,18 @@ import asyncio
 import logging
 from collections.abc import Callable
 from functools import cache
+from typing import TYPE_CHECKING
 
 from envfarm import config
 from envfarm.errors import ForkError, SandboxStartError
 
 from .overlay import Files, LayerStore, PathSpec
+
+if TYPE_CHECKING:
+    from .base import SandboxSpec
+
+PARENT_LABEL = "envfarm.parent"
+"""Label of a forked sandbox that names its parent's id (`envfarm sandbox list` shows it)."""
 
 log = logging.getLogger(__name__)
 
@@ -61,24 +68,26 @@ class CowFiles:
         files = self._files[sandbox_id]
         return {str(files.mount_point(name)): WRITABLE[name] for name in files.stacks}
 
-    async def create(self, sandbox_id: str, specs: Callable[[], list[PathSpec]]) -> None:
+    async def create(self, spec: SandboxSpec, backend: str, specs: Callable[[], list[PathSpec]]) -> None:
         """Fresh overlays for an opened sandbox; a forked one has them already."""
+        sandbox_id = spec.sandbox_id
         if sandbox_id in self._files:
             return
         try:
-            files = await asyncio.to_thread(store().create, sandbox_id, specs())
+            files = await asyncio.to_thread(store().create, sandbox_id, specs(), None, meta(spec, backend))
         except OSError as e:
             raise SandboxStartError(f"sandbox {sandbox_id}: cannot mount its writable paths: {e}; run "
                                     "`envfarm sandbox gc` if leftovers pile up") from e
         self._files[sandbox_id] = files
 
-    async def fork(self, parent_id: str, child_id: str, specs: Callable[[], list[PathSpec]]) -> None:
+    async def fork(self, parent_id: str, child: SandboxSpec, backend: str,
+                   specs: Callable[[], list[PathSpec]]) -> None:
         """Freeze the parent's writes and mount the child's overlays over the same layers."""
-        parent = self._files.get(parent_id)
+        parent, child_id = self._files.get(parent_id), child.sandbox_id
         if parent is None:
             raise ForkError(f"sandbox {parent_id} has no writable paths of envfarm's to fork")
         try:
-            files = await asyncio.to_thread(_fork, parent, child_id, specs())
+            files = await asyncio.to_thread(_fork, parent, child_id, specs(), meta(child, backend))
         except OSError as e:
             raise ForkError(f"forking sandbox {parent_id}: {e}") from e
         self._files[child_id] = files
@@ -90,9 +99,15 @@ class CowFiles:
             await asyncio.to_thread(store().release, files)
 
 
-def _fork(parent: Files, child_id: str, specs: list[PathSpec]) -> Files:
+def _fork(parent: Files, child_id: str, specs: list[PathSpec], about: dict[str, str]) -> Files:
     lowers = store().fork(parent)
-    return store().create(child_id, specs, lowers)
+    return store().create(child_id, specs, lowers, about)
+
+
+def meta(spec: SandboxSpec, backend: str) -> dict[str, str]:
+    """What ``envfarm sandbox list`` shows of a sandbox from the store."""
+    return {"backend": backend, "image": spec.image or "", "parent": spec.labels.get(PARENT_LABEL, ""),
+            **config.owner()}
 
 
 async def gc(all_runs: bool) -> int:

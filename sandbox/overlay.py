@@ -27,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import itertools
+import json
 import logging
 import os
 import shutil
@@ -44,6 +45,7 @@ MAX_DEPTH = 8
 """Frozen layers one overlay may stack; a fork past it flattens them into one."""
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_SHARED = 1, 2, 4, 32, 4096, 16384, 1 << 20
 MNT_DETACH = 2
+META = "meta.json"
 OVERLAY_OPTS = "redirect_dir=on,index=off,metacopy=off"  # redirect_dir: renaming a lower folder works
 _LAYER_NUMBERS = itertools.count(1)
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -160,12 +162,15 @@ class LayerStore:
     # -------------------------------------------------------------------------------------- sandboxes
 
     def create(self, sandbox_id: str, specs: list[PathSpec],
-               lowers: Mapping[str, tuple[Layer, ...]] | None = None) -> Files:
-        """Overlays for a new sandbox: over ``lowers`` (a fork) or over nothing."""
+               lowers: Mapping[str, tuple[Layer, ...]] | None = None,
+               meta: Mapping[str, str] | None = None) -> Files:
+        """Overlays for a new sandbox: over ``lowers`` (a fork) or over nothing; ``meta`` is what
+        ``listing`` shows of it (backend, image, parent, owner)."""
         self.ensure()
         files = Files(sandbox_id, self.boxes / sandbox_id, {}, set())
         files.folder.mkdir(mode=0o711)
         try:
+            (files.folder / META).write_text(json.dumps({"id": sandbox_id, **(meta or {})}))
             for spec in specs:
                 below = (lowers or {}).get(spec.name, ())
                 self._hold(files, below)
@@ -280,6 +285,16 @@ class LayerStore:
             self._refs.pop(layer, None)
         _remove_layer(layer.path)
 
+    def listing(self) -> list[dict[str, str]]:
+        """What ``create`` was told of every sandbox in the store (this host's, any owner)."""
+        out = []
+        for box in sorted(self.boxes.iterdir()) if self.boxes.is_dir() else ():
+            try:
+                out.append(json.loads((box / META).read_text()))
+            except (OSError, ValueError):
+                out.append({"id": box.name})
+        return out
+
     # --------------------------------------------------------------------------------------------- gc
 
     def gc(self, all_runs: bool = False) -> int:
@@ -327,7 +342,7 @@ def _remove_layer(path: Path) -> None:
 def _remove_box(folder: Path) -> None:
     """Unmount every overlay stacked on a sandbox's mount points, then remove its folder."""
     for point in folder.iterdir() if folder.is_dir() else ():
-        while _umount(point):
+        while point.name != META and _umount(point):
             pass
     shutil.rmtree(folder, ignore_errors=True)
 

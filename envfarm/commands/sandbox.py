@@ -192,8 +192,9 @@ class ContainerInfo:
 
 @sandbox_app.command("list")
 def list_command() -> None:
-    """List envfarm docker containers with their run id, owner pid, whether the owner still runs, and the
-    sandbox a forked one came from."""
+    """List envfarm sandboxes: bwrap ones from the layer store, then docker containers, with their run id,
+    owner pid, whether the owner still runs, and the sandbox a forked one came from."""
+    _print_bwrap(list_bwrap())
     rows = list_containers()
     if not rows:
         console.print("no envfarm containers")
@@ -209,6 +210,33 @@ def list_command() -> None:
 
 
 sandbox_app.command("ls", hidden=True)(alias(list_command, "sandbox ls", "sandbox list"))
+
+
+def _print_bwrap(rows: list[ContainerInfo]) -> None:
+    if not rows:
+        return
+    table = Table("id", "state", "image", "run_id", "owner_pid", "owner", "parent",
+                  title="envfarm bwrap sandboxes")
+    for r in rows:
+        table.add_row(escape(r.name), r.state, escape(r.image), r.run_id, r.owner_pid, r.owner,
+                      escape(r.parent))
+    console.print(table)
+
+
+def list_bwrap() -> list[ContainerInfo]:
+    """bwrap sandboxes of this host, from the layer store that holds their writable paths (docker's are
+    listed from the daemon)."""
+    from envfarm.sandbox.fork import store
+
+    try:
+        entries = store().listing()
+    except OSError:
+        return []
+    return [ContainerInfo(id=e["id"][-12:], name=e["id"], image=e.get("image") or "base",
+                          state="running" if owner_state(e) == "alive" else "leftover",
+                          run_id=e.get("run_id", ""), owner_pid=e.get("owner_pid", ""), owner=owner_state(e),
+                          parent=e.get("parent", ""))
+            for e in entries if e.get("backend") == "bwrap"]
 
 
 def list_containers() -> list[ContainerInfo]:

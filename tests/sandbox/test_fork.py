@@ -191,6 +191,24 @@ async def test_sandbox_list_shows_the_parent() -> None:
         await backend.aclose()
 
 
+async def test_sandbox_list_shows_bwrap_children_and_gc_spares_them() -> None:
+    from envfarm.commands.sandbox import list_bwrap
+    from envfarm.sandbox.fork import store
+
+    backend = get_backend("bwrap")
+    try:
+        async with backend.open() as parent, await parent.fork() as child:
+            rows = {r.name: r for r in await asyncio.to_thread(list_bwrap)}
+            assert rows[child.id].parent == parent.id and rows[parent.id].parent == ""
+            assert rows[child.id].owner == "alive" and rows[child.id].state == "running"
+            await backend.gc()  # live owners keep their layers
+            assert {child.id, parent.id} <= {p.name for p in store().boxes.iterdir()}
+            assert (await child.exec("echo ok")).stdout == "ok\n"
+        assert not {child.id, parent.id} & {p.name for p in store().boxes.iterdir()}
+    finally:
+        await backend.aclose()
+
+
 async def test_pool_fork_leases_children(isolated_backend: Backend) -> None:
     from envfarm.sandbox.pool import SandboxPool
 
