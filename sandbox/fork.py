@@ -24,8 +24,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from envfarm import config
 from envfarm.errors import ForkError, SandboxStartError
@@ -35,6 +36,7 @@ from .overlay import Files, LayerStore, PathSpec
 if TYPE_CHECKING:
     from .base import SandboxSpec
 
+T = TypeVar("T")
 PARENT_LABEL = "envfarm.parent"
 """Label of a forked sandbox that names its parent's id (`envfarm sandbox list` shows it)."""
 
@@ -42,6 +44,15 @@ log = logging.getLogger(__name__)
 
 WRITABLE = {"workspace": "/workspace", "tmp": "/tmp", "shm": "/dev/shm"}
 """Store name -> path inside the sandbox, of every writable path."""
+
+
+_MOUNTS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="envfarm-layers")
+"""The store's blocking work runs here, not in the default executor: mount calls take a millisecond and
+must not queue behind the docker API calls of children booting meanwhile."""
+
+
+async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
+    return await asyncio.get_running_loop().run_in_executor(_MOUNTS, fn, *args)
 
 
 @cache
@@ -74,7 +85,7 @@ class CowFiles:
         if sandbox_id in self._files:
             return
         try:
-            files = await asyncio.to_thread(store().create, sandbox_id, specs(), None, meta(spec, backend))
+            files = await _in_thread(store().create, sandbox_id, specs(), None, meta(spec, backend))
         except OSError as e:
             raise SandboxStartError(f"sandbox {sandbox_id}: cannot mount its writable paths: {e}; run "
                                     "`envfarm sandbox gc` if leftovers pile up") from e
@@ -87,7 +98,7 @@ class CowFiles:
         if parent is None:
             raise ForkError(f"sandbox {parent_id} has no writable paths of envfarm's to fork")
         try:
-            files = await asyncio.to_thread(_fork, parent, child_id, specs(), meta(child, backend))
+            files = await _in_thread(_fork, parent, child_id, specs(), meta(child, backend))
         except OSError as e:
             raise ForkError(f"forking sandbox {parent_id}: {e}") from e
         self._files[child_id] = files
@@ -96,7 +107,7 @@ class CowFiles:
         """Unmount a sandbox's overlays and drop its layers (once it is dead). Idempotent."""
         files = self._files.pop(sandbox_id, None)
         if files is not None:
-            await asyncio.to_thread(store().release, files)
+            await _in_thread(store().release, files)
 
 
 def _fork(parent: Files, child_id: str, specs: list[PathSpec], about: dict[str, str]) -> Files:
@@ -113,7 +124,7 @@ def meta(spec: SandboxSpec, backend: str) -> dict[str, str]:
 async def gc(all_runs: bool) -> int:
     """Remove overlays and layers of dead owners from the store; how many sandboxes' folders went."""
     try:
-        return await asyncio.to_thread(store().gc, all_runs)
+        return await _in_thread(store().gc, all_runs)
     except OSError as e:
         log.warning("layer store gc skipped: %s", e)
         return 0
