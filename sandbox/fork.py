@@ -98,7 +98,7 @@ class CowFiles:
         if parent is None:
             raise ForkError(f"sandbox {parent_id} has no writable paths of envfarm's to fork")
         try:
-            files = await _in_thread(_fork, parent, child_id, specs(), meta(child, backend))
+            files = await _in_thread(store().fork_into, parent, child_id, specs(), meta(child, backend))
         except OSError as e:
             raise ForkError(f"forking sandbox {parent_id}: {e}") from e
         self._files[child_id] = files
@@ -108,11 +108,6 @@ class CowFiles:
         files = self._files.pop(sandbox_id, None)
         if files is not None:
             await _in_thread(store().release, files)
-
-
-def _fork(parent: Files, child_id: str, specs: list[PathSpec], about: dict[str, str]) -> Files:
-    lowers = store().fork(parent)
-    return store().create(child_id, specs, lowers, about)
 
 
 def meta(spec: SandboxSpec, backend: str) -> dict[str, str]:

@@ -142,7 +142,8 @@ class LayerStore:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._refs: dict[Layer, int] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # counts, and whole create / fork / release steps: a sandbox
+        # released while a child of it is made must not drop layers the child is about to hold
         self._ready = False
         self.layers, self.boxes, self.empty = root / "l", root / "s", root / "empty"
 
@@ -166,6 +167,11 @@ class LayerStore:
                meta: Mapping[str, str] | None = None) -> Files:
         """Overlays for a new sandbox: over ``lowers`` (a fork) or over nothing; ``meta`` is what
         ``listing`` shows of it (backend, image, parent, owner)."""
+        with self._lock:
+            return self._create(sandbox_id, specs, lowers, meta)
+
+    def _create(self, sandbox_id: str, specs: list[PathSpec], lowers: Mapping[str, tuple[Layer, ...]] | None,
+                meta: Mapping[str, str] | None) -> Files:
         self.ensure()
         files = Files(sandbox_id, self.boxes / sandbox_id, {}, set())
         files.folder.mkdir(mode=0o711)
@@ -185,20 +191,30 @@ class LayerStore:
         """Freeze what ``parent`` wrote since its last fork; returns the lowers of a child, per path.
 
         The parent goes on over the same frozen layers with fresh uppers (mounted over its old overlays)."""
-        out: dict[str, tuple[Layer, ...]] = {}
-        for name, stack in list(parent.stacks.items()):
-            if stack.dirty():
-                stack = self._refreeze(parent, stack)
-            out[name] = stack.lowers
-        return out
+        with self._lock:
+            if not parent.stacks:
+                raise ForkError(f"sandbox {parent.sandbox_id} was closed")
+            out: dict[str, tuple[Layer, ...]] = {}
+            for name, stack in list(parent.stacks.items()):
+                if stack.dirty():
+                    stack = self._refreeze(parent, stack)
+                out[name] = stack.lowers
+            return out
+
+    def fork_into(self, parent: Files, child_id: str, specs: list[PathSpec],
+                  meta: Mapping[str, str] | None = None) -> Files:
+        """``fork`` then ``create`` of the child over the lowers, as one step."""
+        with self._lock:
+            return self._create(child_id, specs, self.fork(parent), meta)
 
     def release(self, files: Files) -> None:
         """Unmount a sandbox's overlays and drop its layers. Idempotent."""
-        _remove_box(files.folder)
-        files.stacks.clear()
-        held, files.held = files.held, set()
-        for layer in held:
-            self._drop(layer)
+        with self._lock:
+            _remove_box(files.folder)
+            files.stacks.clear()
+            held, files.held = files.held, set()
+            for layer in held:
+                self._drop(layer)
 
     # ----------------------------------------------------------------------------------------- layers
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from envfarm.errors import ForkError
 from envfarm.sandbox import Backend
 from envfarm.sandbox.overlay import MAX_DEPTH, LayerStore, PathSpec, owner_pid
 
@@ -48,6 +49,8 @@ def test_forks_share_layers_and_stay_independent(store: LayerStore) -> None:
     store.release(child)
     store.release(parent)
     assert not any(store.layers.iterdir()) and not any(store.boxes.iterdir())
+    with pytest.raises(ForkError, match="closed"):  # closed while a fork of it waited for the store
+        store.fork_into(parent, "run-1-00004", SPECS)
 
 
 def test_deep_stacks_are_flattened(store: LayerStore) -> None:
