@@ -4,101 +4,99 @@ Path rules (``tamper.py``) stop a patch from changing the files that judge it, b
 package runs inside the test process and can rewrite the test framework in memory, or print a passing run and
 exit before the real one reports. So every graded run gets tests the patch cannot know in advance:
 
-- **planted**: after ``test_patch`` is applied, a few test functions (or, for unittest/Django runners, one
-  ``unittest.TestCase`` class) are inserted into a test module the run executes, at a random top-level
-  position, with names drawn per run from the host's CSPRNG (``secrets``) and shaped like ordinary tests;
-- **two kinds**: some must pass and some must fail, and which is which shows only when the body runs (the
-  bodies compute a value and compare it with a constant that is right or subtly wrong);
+- **derived from the module's own tests** (``canary_clone.py``): after ``test_patch`` is applied, copies of
+  tests of a test module the run executes (tests known to pass with the reference fix, those test_patch adds
+  first, FAIL_TO_PASS ones first of all) are inserted next to the tests test_patch adds, renamed in the
+  module's own style (one word of the original's name dropped, added or replaced);
+- **two kinds**: a must-fail copy has one top-level assertion made wrong (the expected literal of an ``==``
+  replaced by another literal of its type, else an ``is``/``in``/unittest assertion turned into its opposite,
+  else ``assert x`` into ``assert not x``), so it fails only when it runs; a must-pass copy is unchanged;
+- **random per run**: which tests, how many (about half to all of the candidates), the names, the values and
+  the positions come from the host's CSPRNG (``secrets``), drawn again for every graded run;
 - **checked** (:func:`verdict`): the run counts only if every canary appears in the parsed results with its
   expected outcome (rule ``canary``), and every FAIL_TO_PASS / PASS_TO_PASS test appears in them exactly once
   (rule ``missing-tests``; a forged line plus the real one is twice).
 
 A forger that flips every outcome to passed flips the must-fail canaries; one that prints a passing run and
-exits early prints no canary, or prints the must-fail ones as passed; one that reads the test files to fake a
-line per test cannot tell which of the unknown tests must fail without running them. What canaries cannot
-catch: a forger that runs every test body honestly except the ones it recognises as the task's own (for
-example by name, if the policy could guess FAIL_TO_PASS names) and tells canaries apart from them.
+exits early prints no canary, or prints the must-fail ones as passed; one that flips only the tests it takes
+for real ones must tell a FAIL_TO_PASS test from its altered copy: the pair differs in one value, both are new
+to the repository, both fail without a fix (``envfarm/testing/recogniser.py`` is the best such attack built so
+far; ``bench/canary_recogniser.py`` measures it). Limits: a module with no test to copy (none parses, none has
+a top-level assertion) gets synthetic canaries (``canary_synth.py``), which a reader of that file can tell
+apart; and when every FAIL_TO_PASS test keeps a name the repository already has (test_patch edits tests in
+place), a forger that forges only names it saw in the repository leaves every canary alone.
 """
 
 from __future__ import annotations
 
-import ast
 import re
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from random import Random
-from typing import Literal
 
+from . import canary_clone, canary_synth
+from .canary_types import Canary, Known, Planting, Style
 from .tamper import Finding
 
-Style = Literal["function", "unittest"]
-LOCALS = frozenset({"zero", "acc", "char", "total", "i", "got", "self"})
-"""Names the canary bodies assign or bind: an import of the same name cannot be their anchor (it would be
-a local read before assignment). Linter-clean names (pylint's tests lint their own test files)."""
+__all__ = ["Canary", "Known", "Planting", "Style", "completeness", "known_for", "line_results", "pick_module",
+           "plant", "style_for", "verdict"]
+
 UNITTEST_PARSERS = frozenset({"parse_log_django"})
 """Log parsers of runners that only collect ``unittest.TestCase`` classes."""
 PASSING = frozenset({"PASSED"})
 FAILING = frozenset({"FAILED", "ERROR"})
 MODULE_NAME = re.compile(r"(^|/)(test_[^/]*|[^/]*_test|tests)\.py$")
-WORDS = (
-    "alias", "bounds", "cache", "chain", "config", "convert", "copy", "default", "empty", "encode", "format",
-    "handler", "index", "join", "keys", "limit", "lookup", "merge", "nested", "order", "parse", "path",
-    "repr", "reset", "result", "round", "scope", "split", "state", "strip", "token", "update", "value",
-)
-
-
-@dataclass(frozen=True)
-class Canary:
-    """One planted test."""
-
-    name: str
-    """Function (or method) name, unique in its module."""
-    must_pass: bool
-    module: str
-    """Repo-relative path of the test module it was planted in."""
-
-
-@dataclass(frozen=True)
-class Planting:
-    """Canaries to plant in one module, and the module's new text."""
-
-    canaries: tuple[Canary, ...]
-    text: str
 
 
 def style_for(log_parser: str) -> Style:
     """How canaries are written for the runner behind ``log_parser``."""
-    return "unittest" if log_parser in UNITTEST_PARSERS else "function"
+    if log_parser in UNITTEST_PARSERS:
+        return "unittest"
+    return "sympy" if log_parser == "parse_log_sympy" else "function"
 
 
-def pick_module(test_files: Sequence[str], test_command: str, rng: Random) -> list[str]:
+def known_for(fail_to_pass: Sequence[str], pass_to_pass: Sequence[str], test_patch: str) -> Known:
+    """What a row tells the planter: which tests pass with the reference fix, which fail without one, and
+    which test functions test_patch adds."""
+    return Known.from_row(tuple(fail_to_pass), tuple(pass_to_pass), test_patch)
+
+
+def pick_module(test_files: Sequence[str], test_command: str, rng: Random, known: Known | None = None
+                ) -> list[str]:
     """Python test modules of ``test_files`` the run executes, best first (each group shuffled): named like a
     test module and named by the command; named like one; only named by the command (a helper module the
-    command passes, such as sympy's ``quality_unicode.py``, is collected by no runner)."""
+    command passes, such as sympy's ``quality_unicode.py``, is collected by no runner). With ``known``,
+    within each group the modules test_patch adds FAIL_TO_PASS tests to come first, then those it adds
+    tests to: canaries copied from tests the repository lacks are the ones a forger cannot single out."""
     named = {f for f in test_files if f.endswith(".py") and f in test_command}
     looks = {f for f in test_files if MODULE_NAME.search(f)}
     groups = [sorted(named & looks), sorted(looks - named), sorted(named - looks)]
     for group in groups:
         rng.shuffle(group)
+        if known is not None:
+            group.sort(key=lambda f: _hidden_rank(f, known))
     return [f for group in groups for f in group]
 
 
+def _hidden_rank(module: str, known: Known) -> int:
+    added = {name for path, name in known.added if path == module}
+    failing = {k[2] for k in known.failing if k[0] in (None, module)}
+    return 0 if added & failing else 1 if added else 2
+
+
 def plant(module: str, text: str, style: Style, rng: Random | None = None,
-          count: tuple[int, int] = (2, 2)) -> Planting:
-    """``count`` (must-pass, must-fail) canaries inserted into ``text`` at a random top-level position."""
+          count: tuple[int, int] | None = None, known: Known | None = None) -> Planting:
+    """Canaries inserted into ``text``: copies of its tests (``known``: the row's lists, so only tests known
+    to pass are copied), else synthetic ones (``Planting.derived`` False). ``count`` (must-pass, must-fail)
+    fixes the numbers; by default they are drawn per call."""
     rng = rng or secrets.SystemRandom()
-    taken = set(re.findall(r"\w+", text))
-    kinds = [True] * count[0] + [False] * count[1]
-    rng.shuffle(kinds)
-    canaries = tuple(Canary(_name(rng, taken), must, module) for must in kinds)
-    body = _top_level(text)
-    anchors = _anchors(body)
-    if style == "unittest":
-        block = _unittest_block(canaries, rng, taken, text, anchors)
-    else:
-        block = "\n\n".join(_function(c, rng, anchors) for c in canaries)
-    return Planting(canaries, _insert(text, body, block, rng))
+    taken = set(re.findall(r"\w+", text)) | (known.names if known else set())
+    planting = canary_clone.plant(module, text, style, rng, count, known, taken)
+    if planting is not None:
+        return planting
+    if count is None:
+        count = (rng.choice((0, 1, 2)), rng.choice((1, 2, 3)))
+    return canary_synth.plant(module, text, style, rng, count, taken)
 
 
 def verdict(canaries: Sequence[Canary], status: Mapping[str, str]) -> list[Finding]:
@@ -168,124 +166,6 @@ def line_results(log: str, parse: Callable[[str], Mapping[str, str]]) -> dict[st
             for key, outcome in parse(line).items():
                 results.setdefault(key, []).append(outcome)
     return results
-
-
-# ------------------------------------------------------------------------------------------ rendering
-
-
-def _name(rng: Random, taken: set[str]) -> str:
-    while True:
-        a, b = rng.sample(WORDS, 2)
-        name = f"test_{a}_{b}_{rng.randrange(2, 99)}"
-        if name not in taken:
-            taken.add(name)
-            return name
-
-
-def _top_level(text: str) -> list[ast.stmt]:
-    """The module's top-level statements; none when it does not parse (canaries then go at the end)."""
-    try:
-        return ast.parse(text).body
-    except (SyntaxError, ValueError):
-        return []
-
-
-def _anchors(body: Sequence[ast.stmt]) -> list[str]:
-    """Names the module binds with top-level imports (what its real tests use), ``__future__`` aside."""
-    names = []
-    for node in body:
-        if isinstance(node, ast.Import):
-            names += [a.asname or a.name.split(".")[0] for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
-            names += [a.asname or a.name for a in node.names if a.name != "*"]
-    return sorted(set(names) - LOCALS)
-
-
-def _body(must_pass: bool, rng: Random, indent: str, anchors: Sequence[str]) -> str:
-    """Statements that raise AssertionError unless ``must_pass`` (no assert: -O must not change them).
-
-    The first line touches a name the module imported (a real test's dependency) without changing the
-    result, so a forger cannot tell canaries from real tests by which globals their code names."""
-    zero = f"len(type({rng.choice(anchors)}).__name__) * 0" if anchors else 'len("".join([]))'
-    kind = rng.randrange(3)
-    lines = [f"zero = {zero}"]
-    if kind == 0:
-        word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randrange(8, 16)))
-        mod, mul = rng.choice((1000003, 999983, 65521)), rng.choice((31, 131, 257))
-        acc = 0
-        for ch in word:
-            acc = (acc * mul + ord(ch)) % mod
-        want = acc if must_pass else (acc + rng.randrange(1, 7)) % mod
-        lines += ["acc = zero", f"for char in {word!r}:", f"    acc = (acc * {mul} + ord(char)) % {mod}",
-                  f"if acc != {want}:", "    raise AssertionError(acc)"]
-    elif kind == 1:
-        n, m = rng.randrange(20, 60), rng.randrange(7, 97)
-        total = sum(i * i % m for i in range(n))
-        want = total if must_pass else total + rng.choice((-2, -1, 1, 2))
-        lines += [f"total = zero + sum(i * i % {m} for i in range({n}))", f"if total != {want}:",
-                  "    raise AssertionError(total)"]
-    else:
-        items = [rng.randrange(100) for _ in range(rng.randrange(5, 9))]
-        ranked = sorted(items)
-        if not must_pass:
-            i = rng.randrange(len(ranked) - 1)
-            ranked[i], ranked[i + 1] = ranked[i + 1], ranked[i] + (0 if ranked[i] != ranked[i + 1] else 1)
-        lines += [f"got = sorted({items!r})[zero:]", f"if got != {ranked!r}:",
-                  "    raise AssertionError(got)"]
-    return "".join(f"{indent}{line}\n" for line in lines)
-
-
-def _doc(name: str, indent: str) -> str:
-    """A one-line docstring from the test's words (linters that require docstrings stay quiet)."""
-    words = name.split("_")[1:3]
-    return f'{indent}"""{" ".join(words).capitalize()} stays consistent."""\n'
-
-
-def _function(c: Canary, rng: Random, anchors: Sequence[str]) -> str:
-    return f"def {c.name}():\n{_doc(c.name, '    ')}{_body(c.must_pass, rng, '    ', anchors)}"
-
-
-def _unittest_block(canaries: Sequence[Canary], rng: Random, taken: set[str], text: str,
-                    anchors: Sequence[str]) -> str:
-    """One TestCase class; its base is a TestCase the module already imports (no new import statement for
-    linters to flag), else ``unittest.TestCase`` imported under a fresh alias."""
-    words = _name(rng, taken)
-    cls = "".join(w.title() for w in words.split("_")[1:3]) + "Tests"
-    base, head = _testcase_base(text, anchors), ""
-    if base is None:
-        alias = _name(rng, taken).replace("test_", "_ut_", 1)
-        base, head = f"{alias}.TestCase", f"import unittest as {alias}\n\n\n"
-    # no method docstrings: unittest's verbose output prints them where swebench's parsers read the result
-    methods = "".join(
-        f"\n    def {c.name}(self):\n{_body(c.must_pass, rng, '        ', anchors)}" for c in canaries
-    )
-    return f"{head}class {cls}({base}):\n{_doc(words, '    ')}{methods}"
-
-
-def _testcase_base(text: str, anchors: Sequence[str]) -> str | None:
-    """``SimpleTestCase`` (Django: no database), ``unittest.TestCase`` or ``TestCase``, as the module
-    imports it (``anchors``: its imported names)."""
-    bound = set(anchors)
-    if "SimpleTestCase" in bound:
-        return "SimpleTestCase"
-    if re.search(r"^import unittest\s*$", text, re.M):
-        return "unittest.TestCase"
-    return "TestCase" if "TestCase" in bound else None
-
-
-def _insert(text: str, body: Sequence[ast.stmt], block: str, rng: Random) -> str:
-    """``block`` before a random top-level test function or class (else any def/class; at the end only
-    when the module has neither or does not parse). Never after the last test: sympy's verbose runner prints
-    a file's ``[OK]``/``[FAIL]`` on the line of its last test, where swebench's parser no longer sees it."""
-    lines = text.splitlines(keepends=True)
-    defs = [node for node in body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
-    tests = [d for d in defs if d.name.lower().startswith("test")]
-    spots = [min([d.lineno, *(x.lineno for x in d.decorator_list)]) - 1 for d in tests or defs]
-    spots = spots or [len(lines)]
-    at = rng.choice(spots)
-    head, rest = "".join(lines[:at]).rstrip("\n"), "".join(lines[at:]).lstrip("\n")
-    parts = [head, block.strip("\n"), rest]
-    return "\n\n\n".join(p for p in parts if p) + ("" if rest else "\n")
 
 
 def _few(items: Sequence[str], n: int = 5) -> str:

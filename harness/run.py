@@ -255,11 +255,13 @@ async def _read_capped(sb: Sandbox, path: str, cap: int) -> tuple[str, int]:
 async def _plant(sb: Sandbox, plan: Plan, steps: _Steps) -> tuple[Canary, ...]:
     """Plant canary tests in one test module the run executes; () when there is none to plant in."""
     rng = secrets.SystemRandom()
-    for module in canary.pick_module(plan.test_files, plan.test_command, rng):
+    inst = plan.instance
+    known = canary.known_for(inst.fail_to_pass, inst.pass_to_pass, inst.test_patch)
+    for module in canary.pick_module(plan.test_files, plan.test_command, rng, known):
         text = await _read(sb, f"{WORKDIR}/{module}")
         if text is None:
             continue
-        planting = canary.plant(module, text, canary.style_for(plan.log_parser), rng)
+        planting = canary.plant(module, text, canary.style_for(plan.log_parser), rng, known=known)
         await sb.write_file(f"{WORKDIR}/{module}", planting.text)
         steps.note(f"canaries planted in {module}: {len(planting.canaries)}")
         return planting.canaries

@@ -3,6 +3,8 @@ the verdict names every way a forged log can miss them."""
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 import sys
 import textwrap
@@ -32,6 +34,20 @@ MODULE = textwrap.dedent('''\
         def test_two(self):
             assert os.sep
     ''').replace("@pytest_mark_whatever\n", "")
+
+
+UNITTEST_MODULE = textwrap.dedent('''\
+    import unittest
+
+
+    class ThingTests(unittest.TestCase):
+        def test_sum(self):
+            self.assertEqual(sum([1, 2]), 3)
+
+        def test_words(self):
+            self.assertEqual("a b".split(), ["a", "b"])
+            self.assertTrue("a b".startswith("a"))
+    ''')
 
 
 def _results(tmp_path: Path, text: str, runner: str) -> str:
@@ -66,13 +82,16 @@ def test_planted_unittest_class_passes_and_fails_as_declared(tmp_path: Path, see
 
 
 def test_names_are_fresh_per_run_and_avoid_the_modules_own_names() -> None:
-    a = canary.plant("t.py", MODULE, "function")
-    b = canary.plant("t.py", MODULE, "function")
-    assert {c.name for c in a.canaries}.isdisjoint({c.name for c in b.canaries}) or a != b
-    text = "".join(f"def test_{w1}_{w2}_{n}(): pass\n" for w1 in canary.WORDS for w2 in canary.WORDS
-                   for n in range(2, 12))
-    planted = canary.plant("t.py", text, "function", Random(1))
-    assert all(f"def {c.name}()" not in text for c in planted.canaries)
+    names = [{c.name for c in canary.plant("t.py", MODULE, "function").canaries} for _ in range(6)]
+    assert len({frozenset(n) for n in names}) > 1, "names are drawn per call"
+    words = set(re.findall(r"\w+", MODULE))
+    assert not any(n & words for n in names)
+    known = canary.known_for(["t.py::test_one_two"], [], "")
+    for seed in range(10):
+        planted = canary.plant("t.py", MODULE, "function", Random(seed), known=None)
+        assert all(c.name not in words for c in planted.canaries)
+        assert "test_one_two" not in {c.name for c in canary.plant("t.py", MODULE, "function", Random(seed),
+                                                                    known=known).canaries}
 
 
 def test_unparsable_modules_get_canaries_at_the_end() -> None:
@@ -124,33 +143,40 @@ def test_module_choice_prefers_files_the_command_names() -> None:
         "sympy/parsing/tests/test_x.py", "sympy/testing/quality_unicode.py"
     ], "a helper module the command passes is the last resort"
     assert canary.style_for("parse_log_django") == "unittest"
-    assert canary.style_for("parse_log_sympy") == canary.style_for("parse_log_pytest") == "function"
+    assert (canary.style_for("parse_log_sympy"), canary.style_for("parse_log_pytest")) == ("sympy", "function")
 
 
-@pytest.mark.parametrize("style", ["function", "unittest"])
-def test_canary_code_names_a_module_import_like_real_tests(style: str) -> None:
+@pytest.mark.parametrize(("style", "text"), [("function", MODULE), ("unittest", UNITTEST_MODULE),
+                                            ("function", "import os\n\n\ndef test_a():\n    os.getcwd()\n")])
+def test_canary_code_names_what_real_tests_name(style: str, text: str) -> None:
     """A forger that flips only failures of tests naming something beyond builtins (bench/exploits.py's
-    *-selective variants) must flip the canaries too."""
+    *-selective variants) must flip the canaries too: copies name what their originals name, synthetic ones
+    a module import."""
     import builtins
 
-    planting = canary.plant("t.py", MODULE, style, Random(3))
+    planting = canary.plant("t.py", text, style, Random(3))
     space: dict[str, object] = {}
     exec(compile(planting.text, "t.py", "exec"), space)
     for c in planting.canaries:
-        holder = next(v for v in space.values() if hasattr(v, c.name)) if style == "unittest" else None
+        holder = next((v for v in space.values() if hasattr(v, c.name)), None)
         fn = getattr(holder, c.name) if holder is not None else space[c.name]
         names = fn.__code__.co_names  # type: ignore[attr-defined]
-        assert "os" in names and any(not hasattr(builtins, n) for n in names), names
+        assert any(not hasattr(builtins, n) for n in names), names
 
 
-def test_canaries_never_follow_the_last_test() -> None:
-    """sympy's verbose runner prints the file's [OK]/[FAIL] on its last test's line (unparsable there)."""
-    text = "import os\n\n\ndef test_a():\n    pass\n\n\ndef test_b():\n    pass\n\n\ndef helper():\n" \
-        "    pass\n"
+def test_canaries_never_follow_the_last_test_under_sympy() -> None:
+    """sympy's verbose runner prints the file's [OK]/[FAIL] on its last test's line (unparsable there);
+    pytest has no such rule, and there copies go after the last test as often as elsewhere."""
+    text = "import os\n\n\ndef test_a():\n    assert os.sep == '/'\n\n\ndef test_b():\n    assert os.sep * 2 == '//'\n" \
+        "\n\ndef helper():\n    pass\n"
+    after = 0
     for seed in range(20):
-        planting = canary.plant("t.py", text, "function", Random(seed))
-        last = max(planting.text.index(f"def {c.name}(") for c in planting.canaries)
-        assert planting.text.index("def test_b():") > last
+        for style in ("sympy", "function"):
+            planting = canary.plant("t.py", text, style, Random(seed))  # type: ignore[arg-type]
+            last = max(planting.text.index(f"def {c.name}(") for c in planting.canaries)
+            assert style == "function" or planting.text.index("def test_b():") > last
+            after += style == "function" and planting.text.index("def test_b():") < last
+    assert after
 
 
 def test_cut_parametrized_ids_may_repeat() -> None:
@@ -186,3 +212,157 @@ def test_a_bare_name_two_files_report_alike_is_no_repeat() -> None:
     [finding] = canary.completeness(["test_sqrt", "test_frac"], parse(forged, None), sw.grading._resolve_case,
                                     canary.line_results(forged, lambda line: parse(line, None)))
     assert "test_sqrt (x2: FAILED/PASSED)" in finding.detail
+
+
+# ---------------------------------------------------------------------------------------------- derived
+
+HEAD = textwrap.dedent('''\
+    from datetime import date
+
+    from shop import Cart, total
+
+
+    def test_empty_cart():
+        assert total(Cart()) == 0
+
+
+    def test_single_item():
+        cart = Cart()
+        cart.add("apple", 3)
+        assert total(cart) == 3
+    ''')
+ADDED = textwrap.dedent('''\
+
+
+    def test_discount_applies_once():
+        cart = Cart(discount=2)
+        cart.add("pear", 5)
+        cart.add("plum", 4)
+        assert total(cart) == 7
+        assert cart.items == {"pear": 5, "plum": 4}
+
+
+    def test_due_date_is_a_week_later():
+        cart = Cart()
+        assert cart.due(date(2024, 3, 13)) == date(2024, 3, 20)
+    ''')
+SHOP = textwrap.dedent('''\
+    from datetime import timedelta
+
+
+    class Cart:
+        def __init__(self, discount=0):
+            self.discount, self.items = discount, {}
+
+        def add(self, name, price):
+            self.items[name] = price
+
+        def due(self, day):
+            return day + timedelta(days=7)
+
+
+    def total(cart):
+        return max(0, sum(cart.items.values()) - cart.discount)
+    ''')
+TEST_PATCH = "--- a/tests/test_shop.py\n+++ b/tests/test_shop.py\n@@ -13,0 +14,14 @@\n" + "".join(
+    f"+{line}\n" for line in ADDED.splitlines())
+F2P = ["tests/test_shop.py::test_discount_applies_once", "tests/test_shop.py::test_due_date_is_a_week_later"]
+P2P = ["tests/test_shop.py::test_empty_cart", "tests/test_shop.py::test_single_item"]
+
+
+def _shop_results(tmp_path: Path, text: str) -> dict[str, str]:
+    (tmp_path / "shop.py").write_text(SHOP)
+    (tmp_path / "tests").mkdir(exist_ok=True)
+    (tmp_path / "tests" / "test_shop.py").write_text(text)
+    cmd = [sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "tests/test_shop.py"]
+    res = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    return _swebench.load().log_parsers.PARSER_REGISTRY["parse_log_pytest"](res.stdout, None)
+
+
+def _functions(text: str) -> dict[str, ast.FunctionDef]:
+    return {n.name: n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)}
+
+
+def test_row_lists_tell_what_test_patch_adds_and_what_passes() -> None:
+    known = canary.known_for(F2P, P2P, TEST_PATCH)
+    assert known.added == {("tests/test_shop.py", "test_discount_applies_once"),
+                           ("tests/test_shop.py", "test_due_date_is_a_week_later")}
+    assert known.listed(known.failing, "tests/test_shop.py", None, "test_discount_applies_once")
+    assert not known.listed(known.failing, "tests/test_shop.py", None, "test_single_item")
+    assert known.listed(known.passing, "tests/test_shop.py", None, "test_single_item")
+    django = canary.known_for(["test_sum (app.tests.ThingTests)"], [], "")
+    assert django.listed(django.failing, "app/tests.py", "ThingTests", "test_sum")
+    sympy = canary.known_for(["test_sqrt"], [], "")
+    assert sympy.listed(sympy.failing, "sympy/core/tests/test_a.py", None, "test_sqrt")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_canaries_are_copies_of_added_tests_that_fail_only_when_they_run(tmp_path: Path, seed: int) -> None:
+    text = HEAD + ADDED
+    known = canary.known_for(F2P, P2P, TEST_PATCH)
+    planting = canary.plant("tests/test_shop.py", text, "function", Random(seed), known=known)
+    assert planting.derived and planting.hidden
+    status = _shop_results(tmp_path, planting.text)
+    assert canary.verdict(planting.canaries, status) == [], status
+    assert all(status[f] == "PASSED" for f in F2P + P2P), "the row's own tests still pass with the fix"
+    fns, own = _functions(planting.text), _functions(text)
+    sources = [own["test_discount_applies_once"], own["test_due_date_is_a_week_later"]]
+    for c in planting.canaries:
+        copy = fns[c.name]
+        copy.name = "x"
+        diffs = []
+        for src in sources:
+            src.name = "x"
+            diffs.append(sum(a != b for a, b in zip(ast.dump(copy).split(","), ast.dump(src).split(","))))
+        assert min(diffs) == (0 if c.must_pass else 1), (c, ast.unparse(copy))
+    assert any(not c.must_pass for c in planting.canaries)
+
+
+def test_counts_names_values_and_places_vary_per_planting() -> None:
+    known = canary.known_for(F2P, P2P, TEST_PATCH)
+    plantings = [canary.plant("tests/test_shop.py", HEAD + ADDED, "function", Random(s), known=known)
+                 for s in range(30)]
+    assert len({len(p.canaries) for p in plantings}) > 1
+    assert len({p.text for p in plantings}) == len(plantings)
+    for p in plantings:
+        names = [n.name for n in ast.parse(p.text).body if isinstance(n, ast.FunctionDef)]
+        assert names[:2] == ["test_empty_cart", "test_single_item"], "placed among the tests test_patch adds"
+        assert all(re.fullmatch(r"test(_[a-z0-9]+)+", c.name) for c in p.canaries), "snake_case like the module"
+
+
+def test_tests_off_the_lists_are_never_copied() -> None:
+    known = canary.known_for(F2P[:1], P2P, TEST_PATCH)
+    for seed in range(10):
+        planting = canary.plant("tests/test_shop.py", HEAD + ADDED, "function", Random(seed), known=known)
+        fns = _functions(planting.text)
+        for c in planting.canaries:
+            assert "due" not in ast.unparse(fns[c.name]), "test_due_date_is_a_week_later is not listed"
+
+
+def test_module_choice_prefers_modules_test_patch_adds_failing_tests_to() -> None:
+    patch = TEST_PATCH.replace("test_shop.py", "test_b.py")
+    known = canary.known_for(["tests/test_b.py::test_discount_applies_once"], [], patch)
+    for seed in range(5):
+        order = canary.pick_module(("tests/test_a.py", "tests/test_b.py"), "pytest tests/", Random(seed), known)
+        assert order[0] == "tests/test_b.py"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_unittest_methods_are_copied_into_their_class(tmp_path: Path, seed: int) -> None:
+    planting = canary.plant("tests/test_mod.py", UNITTEST_MODULE, "unittest", Random(seed))
+    assert planting.derived
+    out = _results(tmp_path, planting.text, "unittest")
+    status = _swebench.load().log_parsers.PARSER_REGISTRY["parse_log_django"](out, None)
+    assert canary.verdict(planting.canaries, status) == [], out
+    [cls] = [n for n in ast.parse(planting.text).body if isinstance(n, ast.ClassDef)]
+    assert {c.name for c in planting.canaries} <= {f.name for f in cls.body if isinstance(f, ast.FunctionDef)}
+
+
+def test_a_module_without_assertions_gets_synthetic_canaries(tmp_path: Path) -> None:
+    text = "import os\n\n\ndef test_runs():\n    os.getcwd()\n"
+    planting = canary.plant("tests/test_mod.py", text, "function", Random(0))
+    assert not planting.derived and planting.canaries
+    out = _results(tmp_path, planting.text, "pytest")
+    status = _swebench.load().log_parsers.PARSER_REGISTRY["parse_log_pytest"](out, None)
+    assert canary.verdict(planting.canaries, status) == [], out
