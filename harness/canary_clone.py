@@ -66,11 +66,13 @@ def plant(module: str, text: str, style: Style, rng: Random, count: tuple[int, i
         return None
     best = min(s.tier for s in failing)
     pool = [s for s in failing if s.tier == best]
+    # a flipped operator or an added `not` singles the copy out; a changed value does not
+    pool = [s for s in pool if _is_literal(s.sites[0], lines)] or pool
     if count is None:
         # copies of tests the repository has are recognisable (their twin is there): a few only
         top = min(len(pool), 8 if best <= 1 else 2)
         n_sources = top if top <= 4 else rng.randint(min((len(pool) + 1) // 2, top), top)
-        chosen = [(s, rng.choice(s.sites)) for s in rng.sample(pool, n_sources)]
+        chosen = [(s, _best_site(s, lines, tree, rng)) for s in rng.sample(pool, n_sources)]
         fails = [(s, site) for s, site in chosen
                  for _ in range(_copies(site, lines, rng) if best <= 1 else 1)]
         n_pass = rng.choice((0, 0, 1, 1, 2))
@@ -97,10 +99,26 @@ def plant(module: str, text: str, style: Style, rng: Random, count: tuple[int, i
 def _copies(site: tuple[Edit, ...], lines: list[str], rng: Random) -> int:
     """Altered copies of one test, all at one site with distinct values: a group whose members differ
     pairwise in that one value, the real test anywhere in it (a flip or negation has one alternative)."""
+    return rng.choice((1, 2, 2, 3)) if _is_literal(site, lines) else 1
+
+
+def _best_site(s: Source, lines: list[str], tree: ast.Module, rng: Random) -> tuple[Edit, ...]:
+    """One of the source's sites, among those whose best new value looks most like the old one."""
+    if not _is_literal(s.sites[0], lines):
+        return rng.choice(s.sites)
+    quality = []
+    for site in s.sites:
+        found = _candidates(site[0], lines, s, tree, rng)
+        quality.append((found[0][0] if found else 99, site))
+    top = min(q for q, _ in quality)
+    return rng.choice([site for q, site in quality if q == top])
+
+
+def _is_literal(site: tuple[Edit, ...], lines: list[str]) -> bool:
+    """A literal replacement (its edit holds the old literal's text), not a flip or a negation."""
     line, c1, line2, c2, text = site[0]
     old = lines[line - 1].encode()[c1:c2].decode(errors="replace") if line == line2 else None
-    literal = len(site) == 1 and old == text
-    return rng.choice((1, 2, 2, 3)) if literal else 1
+    return len(site) == 1 and old == text
 
 
 def _pick(pool: Sequence[Source], n: int, rng: Random) -> list[Source]:
@@ -367,39 +385,50 @@ def _render(s: Source, edits: list[Edit], name: str, lines: list[str]) -> str:
 def _choose_value(e: Edit, lines: list[str], s: Source, tree: ast.Module, rng: Random, taken: list[str]
                   ) -> Edit:
     """A literal site (its text is the old literal) gets a new value, distinct from the values ``taken`` by
-    other copies of the site; flips and negations are as is.
-
-    The new value is as common as the old one: one the test uses elsewhere when the old one is used
-    elsewhere in the test, else one the module uses elsewhere when the old one is, else one used nowhere (a
-    near value; in a string, a word swapped for another word of the module). Otherwise how often a value
-    recurs would tell the copy from the original."""
+    other copies of the site; flips and negations are as is (see :func:`_candidates`)."""
     line, c1, line2, c2, text = e
-    old = lines[line - 1].encode()[c1:c2].decode(errors="replace") if line == line2 else None
-    if old != text or not text:
+    if not _is_literal((e,), lines):
         return e
-    value = ast.literal_eval(text)
-    in_test, in_module = _literals_all(s.node), _literals_all(tree)
-
-    def like(values: list[object]) -> list[object]:
-        return list(dict.fromkeys(v for v in values if type(v) is type(value) and v != value and _plain(v)))
-
-    test_others = like(in_test)
-    module_others = [v for v in like(in_module) if v not in test_others]
-    if _count(in_test, value) > 1 and test_others:
-        pool = test_others
-    elif _count(in_module, value) > _count(in_test, value) and module_others:
-        pool = module_others
-    else:
-        words = _words(tree)
-        pool = list(dict.fromkeys(v for v in (_mutate(value, rng, words) for _ in range(30))
-                                  if _count(in_module, v) == 0 and v != value))
-    rng.shuffle(pool)
-    for new in pool:
-        spelled = _spell(new, text)
-        if spelled not in taken and spelled != text:
+    for _, spelled in _candidates(e, lines, s, tree, rng):
+        if spelled not in taken:
             taken.append(spelled)
             return (line, c1, line2, c2, spelled)
-    return (line, c1, line2, c2, _spell(_mutate(value, rng, []), text))
+    return (line, c1, line2, c2, _spell(_mutate(ast.literal_eval(text), rng, []), text))
+
+
+def _candidates(e: Edit, lines: list[str], s: Source, tree: ast.Module, rng: Random) -> list[tuple[int, str]]:
+    """New values for a literal site, best first, each with how much it differs from the old one to a
+    reader (:func:`_looks`: used elsewhere in the test or not, about as common in the module's text, about as
+    long); drawn from the module's literals and from near values (a number moved a little; in a string, a
+    word swapped for another word of the module). Otherwise how often a value recurs would tell the copy
+    from the original."""
+    text = e[4]
+    value = ast.literal_eval(text)
+    in_test, in_module = _literals_all(s.node), _literals_all(tree)
+    module = "".join(lines)
+    words = _words(tree)
+    want = _looks(value, in_test, module, own=True)
+    pool = list(dict.fromkeys([*(v for v in in_module if type(v) is type(value) and _plain(v)),
+                               *(_mutate(value, rng, words) for _ in range(40))]))
+    rng.shuffle(pool)
+    scored = [(_mismatch(_looks(v, in_test, module, own=False), want), _spell(v, text)) for v in pool
+              if v != value]
+    scored = [x for x in scored if x[1] != text]
+    scored.sort(key=lambda x: x[0])
+    return scored
+
+
+def _looks(value: object, in_test: list[object], module: str, own: bool) -> tuple[int, int, int]:
+    """What a reader can see of a value: whether the test uses it elsewhere, how often its text occurs in
+    the module (capped), its length class. ``own``: ``value`` is the test's own (one use is the site)."""
+    uses = _count(in_test, value) - own
+    core = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+    seen = module.count(core) - own
+    return (min(uses, 1), min(seen, 3), min(len(core), 12) // 4)
+
+
+def _mismatch(a: tuple[int, int, int], b: tuple[int, int, int]) -> int:
+    return 4 * abs(a[0] - b[0]) + 2 * abs(a[1] - b[1]) + abs(a[2] - b[2])
 
 
 def _count(values: list[object], value: object) -> int:
@@ -489,32 +518,48 @@ def _vocabulary(tree: ast.Module) -> list[str]:
 
 
 def _body_words(node: ast.FunctionDef) -> list[str]:
+    """Words of the identifiers the test's body uses (names, attributes, arguments, keywords)."""
     words = []
     for n in ast.walk(node):
-        ident = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else None
-        if ident and ident != "self":
-            words += re.findall(r"[a-z]+", ident.lower())
-    return [w for w in dict.fromkeys(words) if 3 <= len(w) <= 12]
+        for field, value in ast.iter_fields(n):
+            own = n is node and field == "name"
+            if isinstance(value, str) and not isinstance(n, ast.Constant) and not own:
+                words += re.findall(r"[a-z]+", value.lower())
+    return [w for w in dict.fromkeys(words) if 2 <= len(w) <= 14]
 
 
 def _name(source: str, vocab: list[str], node: ast.FunctionDef, rng: Random, taken: set[str]) -> str:
     """A fresh name in ``source``'s style: its words with one dropped, added or replaced by a word of the
-    module's test names or of the test's body."""
+    module's test names or of the test's body. A word added comes from the body as often as the source's own
+    words do, and a word dropped is one of the body's as often (the share of a name's words found in its
+    body would otherwise tell the copy from the original)."""
     prefix, words, snake = _tokens(source)
-    pool = [w for w in [*_body_words(node), *vocab] if w not in words] or ["case"]
+    body = set(_body_words(node))
+    share = sum(w.lower() in body for w in words) / len(words) if words else 0.5
+    inside = [w for w in body if w not in words]
+    outside = [w for w in vocab if w not in words and w not in body]
+    inside, outside = inside or outside or ["check"], outside or inside or ["check"]
+
+    def word() -> str:
+        return rng.choice(inside if rng.random() < share else outside)
+
     for attempt in range(200):
         new = list(words)
         for _ in range(1 + (rng.random() < 0.3) + attempt // 50):
             op = rng.choice(("add", "drop", "replace") if len(new) > 1 else ("add", "replace"))
-            word = rng.choice(pool)
             if op == "add":
-                new.insert(rng.randrange(len(new) + 1), word)
-            elif op == "drop":
-                new.pop(rng.randrange(len(new)))
-            elif new:
-                new[rng.randrange(len(new))] = word
+                new.insert(rng.randrange(len(new) + 1), word())
+                continue
+            if not new:
+                new.append(word())
+                continue
+            want = rng.random() < share
+            spots = [i for i, w in enumerate(new) if (w.lower() in body) == want] or list(range(len(new)))
+            i = rng.choice(spots)
+            if op == "drop":
+                new.pop(i)
             else:
-                new.append(word)
+                new[i] = word()
         name = _join(prefix, new, snake)
         if name.isidentifier() and name not in taken and new:
             taken.add(name)
