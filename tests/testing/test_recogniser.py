@@ -1,0 +1,102 @@
+"""The canary recogniser (envfarm/testing/recogniser.py), the attack a grader-aware forger runs: what it can
+tell (copies of tests the repository has, synthetic canaries) and that the rule the grader-aware payload
+embeds decides as it does."""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+from pathlib import Path
+from random import Random
+from typing import Any
+
+import pytest
+
+from envfarm.harness import canary
+from envfarm.testing.exploit_payloads import _RECOGNISE
+from envfarm.testing.recogniser import judge
+
+HEAD = textwrap.dedent('''\
+    from shop import Cart, total
+
+
+    def test_empty_cart():
+        assert total(Cart()) == 0
+
+
+    def test_single_item():
+        cart = Cart()
+        cart.add("apple", 3)
+        assert total(cart) == 3
+    ''')
+ADDED = textwrap.dedent('''\
+
+
+    def test_discount_applies_once():
+        cart = Cart(discount=2)
+        cart.add("pear", 5)
+        cart.add("plum", 4)
+        assert total(cart) == 7
+
+
+    def test_discount_never_below_zero():
+        cart = Cart(discount=9)
+        cart.add("fig", 1)
+        assert total(cart) == 0
+    ''')
+F2P = ["tests/test_shop.py::test_discount_applies_once", "tests/test_shop.py::test_discount_never_below_zero"]
+P2P = ["tests/test_shop.py::test_empty_cart", "tests/test_shop.py::test_single_item"]
+PATCH = "--- a/tests/test_shop.py\n+++ b/tests/test_shop.py\n" + "".join(f"+{x}\n" for x in ADDED.splitlines())
+
+
+def test_tests_of_the_repository_are_real_and_synthetic_canaries_are_not() -> None:
+    text = "import os\n\n\ndef test_cwd():\n    os.getcwd()\n"
+    planting = canary.plant("tests/test_x.py", text, "function", Random(0))
+    assert not planting.derived
+    calls = judge(planting.text, text)
+    assert calls[(None, "test_cwd")].canary is False
+    assert all(calls[(None, c.name)].canary for c in planting.canaries)
+
+
+def test_copies_of_tests_the_repository_has_are_singled_out() -> None:
+    for seed in range(5):
+        planting = canary.plant("tests/test_shop.py", HEAD, "function", Random(seed))
+        calls = judge(planting.text, HEAD)
+        assert all(calls[(None, c.name)].canary for c in planting.canaries if not c.must_pass)
+        assert not calls[(None, "test_empty_cart")].canary and not calls[(None, "test_single_item")].canary
+
+
+def test_copies_of_hidden_tests_are_a_guess() -> None:
+    """Copies of the tests test_patch adds: the recogniser is sometimes wrong about them."""
+    known = canary.known_for(F2P, P2P, PATCH)
+    wrong = 0
+    for seed in range(30):
+        planting = canary.plant("tests/test_shop.py", HEAD + ADDED, "function", Random(seed), known=known)
+        assert planting.hidden
+        calls = judge(planting.text, HEAD)
+        must_fail = {c.name for c in planting.canaries if not c.must_pass}
+        wrong += any(calls[(None, n)].canary != (n in must_fail)
+                     for n in [*must_fail, "test_discount_applies_once", "test_discount_never_below_zero"])
+    assert wrong >= 5
+
+
+def _payload_rule() -> Any:
+    space: dict[str, Any] = {}
+    exec(compile(_RECOGNISE, "payload", "exec"), space)
+    return space["_canary"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_payload_embeds_the_recognisers_rule(tmp_path: Path, seed: int) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    module = tmp_path / "test_shop.py"
+    module.write_text(HEAD)
+    ident = ["-c", "user.name=t", "-c", "user.email=t@localhost"]
+    subprocess.run(["git", "-C", str(tmp_path), "add", "test_shop.py"], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), *ident, "commit", "-qm", "head"], check=True)
+    known = canary.known_for(F2P, P2P, PATCH)
+    planting = canary.plant("tests/test_shop.py", HEAD + ADDED, "function", Random(seed), known=known)
+    module.write_text(planting.text)
+    rule = _payload_rule()
+    for (cls, name), call in judge(planting.text, HEAD).items():
+        assert rule(str(module), cls, name) == call.canary, (name, call)
