@@ -220,9 +220,10 @@ def _sites(node: ast.FunctionDef, lines: list[str], tree: ast.Module) -> list[tu
 def _literal_value(n: ast.AST) -> object | None:
     if isinstance(n, ast.Constant) and type(n.value) in LITERAL_TYPES:
         return n.value
-    if (isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub) and isinstance(n.operand, ast.Constant)
-            and type(n.operand.value) in (int, float)):
-        return -n.operand.value
+    if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub) and isinstance(n.operand, ast.Constant):
+        value = n.operand.value
+        if type(value) in (int, float):
+            return -value  # type: ignore[operator]
     return None
 
 
@@ -271,7 +272,7 @@ def _simple_literal(seg: str, value: object) -> bool:
     if isinstance(value, bytes):
         return len(seg) == len(value) + 3 and seg[0] in "bB" and seg[1] in "'\"" and seg[-1] == seg[1]
     try:
-        return ast.literal_eval(seg) == value
+        return bool(ast.literal_eval(seg) == value)
     except (ValueError, SyntaxError):
         return False
 
@@ -333,7 +334,7 @@ def _assert_flip(test: ast.expr, lines: list[str]) -> tuple[Edit, ...] | None:
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in _OPS):
         return None
     left, right = test.left, test.comparators[0]
-    if left.end_lineno != right.lineno:
+    if left.end_lineno != right.lineno or left.end_col_offset is None:
         return None
     raw = lines[right.lineno - 1].encode()
     between = raw[left.end_col_offset:right.col_offset].decode(errors="replace")
@@ -541,7 +542,8 @@ def _name(source: str, vocab: list[str], node: ast.FunctionDef, rng: Random, tak
     inside, outside = inside or outside or ["check"], outside or inside or ["check"]
 
     def word() -> str:
-        return rng.choice(inside if rng.random() < share else outside)
+        fresh = [w for w in (inside if rng.random() < share else outside) if w not in new and len(w) > 2]
+        return rng.choice(fresh or inside)
 
     for attempt in range(200):
         new = list(words)
