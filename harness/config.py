@@ -62,6 +62,10 @@ class HarnessConfig(BaseModel):
     canaries: bool = True
     """Plant canary tests in every graded run and require every expected test exactly once (canary.py); off
     reproduces SWE-bench's grading (for comparisons and cost measurements only)."""
+    differential: bool = True
+    """Twin up to 8 FAIL_TO_PASS tests per run with a perturbed copy that must fail, and make an instance
+    whose perturbed twin of a passing test passed unresolved (differential.py; its own check, apart from
+    the canaries); off for comparisons and cost measurements only."""
     strict: bool = False
     """Make an instance whose model patch is suspect (static screening, ``screen.py``: it reaches for the test
     framework's internals, sys.modules, an exit at import, tracing hooks...) unresolved; by default the report

@@ -296,7 +296,7 @@ class _Runner:
                 assert self.backend is not None
                 attempt = await run_attempt(
                     self.backend, image.tag, limits, plan, patch, c.tamper, timeout,
-                    canaries=c.canaries, output_cap=c.output_cap_mb << 20,
+                    canaries=c.canaries, output_cap=c.output_cap_mb << 20, differential=c.differential,
                 )
                 if attempt.result in STOPPED:
                     self.progress(Event(iid, "run", detail=f"{attempt.result}: baseline run for evidence"))
@@ -376,5 +376,6 @@ class _Runner:
             canaries=att.canaries,
             baseline=patch is None,
             strict=self.cfg.strict,
+            twins=att.twins,
         )
         return replace(report, attempts=n, extra=extra)

@@ -22,6 +22,9 @@ Two rules are envfarm's own; a finding of either makes the instance unresolved w
   PASS_TO_PASS test is absent or reported more than once with different outcomes. (swebench's own
   cross-check of a non-zero exit code against a log with no failure still runs; must-fail canaries always
   give an honest log failures.)
+- with ``twins`` (FAIL_TO_PASS tests the runner ran twice, honest and perturbed, see ``differential.py``):
+  rule ``differential`` when a perturbed twin of a passing test did not fail; the verdict is
+  :attr:`InstanceReport.forgery_check` (report.json: ``envfarm.forgery_check``).
 
 Static screening (``screen.py``) marks a patch whose added code reaches for the test framework (report
 hooks, ``sys.modules``, an exit at import, tracing hooks, ...) :attr:`InstanceReport.suspect`, with the
@@ -35,12 +38,13 @@ from __future__ import annotations
 import enum
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import _swebench, canary, screen, tamper
+from . import _swebench, canary, differential, screen, tamper
 from .canary import Canary
+from .differential import Twin
 from .instances import Instance
 from .screen import Suspicion
 from .specs import DEFAULT_PARSER, eval_script_command
@@ -146,6 +150,28 @@ class TestResults:
 
 
 @dataclass(frozen=True)
+class ForgeryCheck:
+    """The verdict of a check that the test results were not forged (``differential.py``)."""
+
+    name: str
+    """Which check: "differential"."""
+    passed: bool
+    """False: the results are proven forged and the instance is not resolved."""
+    detail: str
+    twins: tuple[Twin, ...] = ()
+    """The twinned tests (honest and decoy names, how the decoy was perturbed)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "passed": self.passed, "detail": self.detail,
+                "twins": [asdict(t) for t in self.twins]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ForgeryCheck:
+        twins = tuple(Twin(**t) for t in data.get("twins", ()))
+        return cls(str(data["name"]), bool(data["passed"]), str(data.get("detail", "")), twins)
+
+
+@dataclass(frozen=True)
 class InstanceReport:
     """The verdict on one instance (one model, one run)."""
 
@@ -170,6 +196,8 @@ class InstanceReport:
     """Timings, image tags, apply command: informational."""
     suspicions: tuple[Suspicion, ...] = ()
     """Static screening rules that fired on the model patch (``screen.py``)."""
+    forgery_check: ForgeryCheck | None = None
+    """The differential check's verdict (None: the run had no twins; the check was off)."""
 
     @property
     def resolved(self) -> bool:
@@ -219,6 +247,7 @@ class InstanceReport:
             "test_exit_code": self.test_exit_code,
             "attempts": self.attempts,
             "duration_s": round(self.duration_s, 3),
+            "forgery_check": self.forgery_check.to_json() if self.forgery_check else None,
             **dict(self.extra),
         }
         return {self.instance_id: inner}
@@ -239,6 +268,7 @@ class InstanceReport:
             "test_exit_code",
             "attempts",
             "duration_s",
+            "forgery_check",
         }
         return cls(
             instance_id=iid,
@@ -256,6 +286,8 @@ class InstanceReport:
             test_exit_code=ours.get("test_exit_code"),
             attempts=ours.get("attempts", 1),
             duration_s=ours.get("duration_s", 0.0),
+            forgery_check=ForgeryCheck.from_json(ours["forgery_check"]) if ours.get("forgery_check")
+            else None,
             extra={k: v for k, v in ours.items() if k not in known},
         )
 
@@ -272,12 +304,14 @@ def grade(
     canaries: Sequence[Canary] | None = None,
     baseline: bool = False,
     strict: bool = False,
+    twins: Sequence[Twin] | None = None,
 ) -> InstanceReport:
     """Grade one test log (its text, or a Path to it) against the instance's FAIL_TO_PASS/PASS_TO_PASS.
 
     ``findings`` are the runner's tamper findings; None means "unknown": the model patch is scanned
     statically and every rule that fires is flagged (blocks resolution). ``canaries`` are the tests the
-    runner planted (None: the run had none, and completeness is not checked either). A None or blank
+    runner planted (None: the run had none, and completeness is not checked either); ``twins`` the tests it
+    twinned (None: the differential check was off). A None or blank
     ``model_patch`` gives :attr:`Outcome.EMPTY_PATCH`, unless ``baseline``: the log is of the unpatched base
     (validation), graded like any other. The patch is screened (``screen.py``); ``strict``: a suspect patch
     is not resolved. Blocking (reads or writes the log file); no sandbox.
@@ -289,7 +323,7 @@ def grade(
     ctx = screen_context(instance)
     if findings is None:
         findings = tamper.scan_patch(model_patch, ctx)
-    args = (model_patch, model_name_or_path, findings, log_parser, eval_type, canaries)
+    args = (model_patch, model_name_or_path, findings, log_parser, eval_type, canaries, twins)
     if isinstance(test_log, Path):
         report = _grade_file(instance, test_log, *args)
     else:
@@ -322,6 +356,7 @@ def _grade_file(
     log_parser: str | None,
     eval_type: str | None,
     canaries: Sequence[Canary] | None,
+    twins: Sequence[Twin] | None = None,
 ) -> InstanceReport:
     sw = _swebench.load()
     spec = sw.types.TestSpec(
@@ -343,6 +378,9 @@ def _grade_file(
     content = log_path.read_text(encoding="utf-8", errors="replace")
     if canaries is not None:
         findings = [*findings, *_canary_findings(sw, spec, instance, content, canaries)]
+    check = None if twins is None else _differential(sw, spec, content, twins)
+    if check is not None and not check.passed:
+        findings = [*findings, Finding(differential.NAME, "(test results)", "flagged", check.detail)]
     raw = sw.grading.get_eval_report(spec, prediction, str(log_path), include_tests_status=True)
     inner = raw[instance.instance_id]
     status = (
@@ -365,7 +403,23 @@ def _grade_file(
         findings=tuple(findings),
         failure_reason=inner.get("infra_failure_reason"),
         test_exit_code=sw.grading.parse_test_exit_code(content),
+        forgery_check=check,
     )
+
+
+def _parsed(sw: _swebench.Swebench, spec: Any, content: str) -> tuple[str, dict[str, str]] | None:
+    """The log between the test-output markers and its parsed results; None when it has no markers."""
+    c = sw.constants
+    if c.START_TEST_OUTPUT not in content or c.END_TEST_OUTPUT not in content:
+        return None
+    sliced = content.split(c.START_TEST_OUTPUT)[1].split(c.END_TEST_OUTPUT)[0]
+    return sliced, sw.log_parsers.PARSER_REGISTRY[spec.log_parser](sliced, spec)
+
+
+def _differential(sw: _swebench.Swebench, spec: Any, content: str, twins: Sequence[Twin]) -> ForgeryCheck:
+    found = _parsed(sw, spec, content)
+    passed, detail = differential.verdict(twins, found[1] if found else {})
+    return ForgeryCheck(differential.NAME, passed, detail, tuple(twins))
 
 
 def _canary_findings(

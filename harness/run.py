@@ -4,9 +4,10 @@
     refuse a patch that writes outside the repo or into .git
     apply the model patch: git apply --verbose | git apply --verbose --reject | patch --batch --fuzz=5 -p1
     tamper rules on every path it changed (tamper.py): revert, flag, or (off) nothing
-    reset the test files test_patch names to the base commit, apply test_patch (git apply --verbose)
+    reset the test files test_patch names to the base commit, apply test_patch (git apply --verbose), remove it
     plant canary tests in a test module the command runs (canary.py): random names, must pass / must fail
-    run the test command with a timeout; its stdout+stderr are the test log
+    twin FAIL_TO_PASS tests: an honest copy and a perturbed decoy each (differential.py)
+    run the test command with a timeout; its stdout+stderr are the test log (honest twins renamed back)
 
 A baseline attempt (``patch=None``) skips the model patch: the unpatched base with test_patch, the evidence
 that tells a patch whose tests hang or exhaust memory (a model failure) from an environment that cannot run
@@ -32,8 +33,9 @@ from typing import Literal
 from envfarm.errors import SandboxError, SandboxFileError, tail
 from envfarm.sandbox import Backend, ExecResult, Limits, Sandbox
 
-from . import _swebench, canary, patches, tamper
+from . import _swebench, canary, differential, patches, tamper
 from .canary import Canary
+from .differential import Twin
 from .images import PRISTINE, WORKDIR, quote_env
 from .layout import ENV_SH
 from .specs import Plan
@@ -88,6 +90,8 @@ class Attempt:
     """Canary tests planted in this run (None: canaries were off); grading checks them."""
     output_cut: int = 0
     """Bytes of test output not brought back to the host (over the cap)."""
+    twins: tuple[Twin, ...] | None = None
+    """FAIL_TO_PASS tests twinned with a perturbed decoy in this run (None: the check was off)."""
 
 
 def sandbox_limits(
@@ -125,6 +129,7 @@ async def run_attempt(
     *,
     canaries: bool = True,
     output_cap: int = OUTPUT_CAP,
+    differential: bool = True,
 ) -> Attempt:
     """Evaluate ``patch`` on ``plan``'s instance in a fresh sandbox of ``image`` (None: the baseline)."""
     steps = _Steps()
@@ -138,7 +143,7 @@ async def run_attempt(
             steps=tuple(steps.lines),
         )
     labels = {"envfarm.harness.instance": plan.instance.instance_id}
-    opts = _Options(policy, timeout_s, canaries, output_cap)
+    opts = _Options(policy, timeout_s, canaries, output_cap, differential)
     async with backend.open(image=image, limits=limits, labels=labels) as sb:
         steps.note(f"sandbox {sb.id} from {image}")
         return await _attempt(sb, plan, patch, opts, steps)
@@ -150,6 +155,7 @@ class _Options:
     timeout_s: float
     canaries: bool
     output_cap: int
+    differential: bool = True
 
 
 async def _attempt(sb: Sandbox, plan: Plan, patch: str | None, opts: _Options, steps: _Steps) -> Attempt:
@@ -183,9 +189,10 @@ async def _attempt(sb: Sandbox, plan: Plan, patch: str | None, opts: _Options, s
         )
     diff = (await sb.exec(f"{GIT} diff", cwd=WORKDIR, timeout_s=STEP_TIMEOUT_S)).stdout
     planted = await _plant(sb, plan, steps) if opts.canaries else None
+    twins = await _twin(sb, plan, steps) if opts.differential else None  # after: canaries copy no twin
     script = eval_script(plan)
     res, raw, oom_killed, cut = await _run_tests(sb, script, opts, oom_before, steps)
-    test_log, neutralised = compose_log(raw, res, opts.timeout_s)
+    test_log, neutralised = compose_log(differential.rename_back(raw, twins or ()), res, opts.timeout_s)
     result: Result = "timeout" if res.timed_out else "oom" if oom_killed else "graded"
     return Attempt(
         result,
@@ -200,6 +207,7 @@ async def _attempt(sb: Sandbox, plan: Plan, patch: str | None, opts: _Options, s
         timings=steps.timings,
         canaries=planted,
         output_cut=cut,
+        twins=twins,
     )
 
 
@@ -267,6 +275,30 @@ async def _plant(sb: Sandbox, plan: Plan, steps: _Steps) -> tuple[Canary, ...]:
         return planting.canaries
     steps.note("no test module to plant canaries in: results are checked for completeness only")
     return ()
+
+
+async def _twin(sb: Sandbox, plan: Plan, steps: _Steps) -> tuple[Twin, ...]:
+    """Twin up to ``differential.MAX_TWINS`` FAIL_TO_PASS tests of test_patch's Python files in place."""
+    rng = secrets.SystemRandom()
+    modules = [f for f in plan.test_files if f.endswith(".py")]
+    rng.shuffle(modules)
+    twins: list[Twin] = []
+    for module in modules:
+        wanted = differential.targets_in(module, plan.instance.fail_to_pass)
+        left = differential.MAX_TWINS - len(twins)
+        if not wanted or left <= 0:
+            continue
+        text = await _read(sb, f"{WORKDIR}/{module}")
+        if text is None:
+            continue
+        added = differential.added_lines(plan.instance.test_patch, module)
+        planting = differential.plant(module, text, wanted, added, rng, limit=left)
+        if planting.twins:
+            await sb.write_file(f"{WORKDIR}/{module}", planting.text)
+            twins += planting.twins
+    steps.note(f"differential: {len(twins)} FAIL_TO_PASS test(s) twinned: "
+               f"{', '.join(f'{t.test} ({t.how})' for t in twins) or 'none could be'}")
+    return tuple(twins)
 
 
 async def _sh(sb: Sandbox, script: str, what: str, cwd: str = WORKDIR, check: bool = True) -> ExecResult:
@@ -359,8 +391,9 @@ async def _restore(sb: Sandbox, paths: Sequence[str]) -> None:
 async def _apply_test_patch(sb: Sandbox, plan: Plan, steps: _Steps) -> bool:
     await _restore(sb, plan.test_files)
     await sb.write_file(f"{TMP}/test.patch", plan.instance.test_patch)
-    res = await sb.exec(
-        ["bash", "-c", f"{GIT} apply --verbose {TMP}/test.patch"], cwd=WORKDIR, timeout_s=STEP_TIMEOUT_S
+    res = await sb.exec(  # the patch file goes once applied: it would show the tests as written
+        ["bash", "-c", f"{GIT} apply --verbose {TMP}/test.patch; s=$?; rm -f {TMP}/test.patch; exit $s"],
+        cwd=WORKDIR, timeout_s=STEP_TIMEOUT_S,
     )
     steps.note(
         f"test_patch ({len(plan.test_files)} files reset): exit {res.exit_code}\n"

@@ -4,7 +4,7 @@ A patch whose tests loop forever or allocate without bound is a model failure: r
 or ``oom``, recorded once and never replayed. An environment that cannot run the instance's tests within the
 budget at all (a slow machine, a timeout set too low, a memory cap too small for the suite) is an infra
 error, retried and counted apart. The evidence that tells them apart is the **baseline**: the same test
-command on the unpatched base commit (with test_patch, and canaries off) in the same image with the same
+command on the unpatched base commit (with test_patch; canaries and twins off) in the same image with the same
 limits. When the baseline finishes inside the budget, the patch caused the hang; when the baseline also
 hangs or is OOM-killed, the environment did. A sandbox that dies without a timeout or an OOM kill, or a
 daemon error, is infra without any baseline.
@@ -91,7 +91,8 @@ class Baselines:
         self, backend: Backend, image: str, limits: Limits, plan: Plan, timeout_s: float, path: Path
     ) -> Baseline:
         log.info("baseline run of %s in %s (timeout %.0fs)", plan.instance.instance_id, image, timeout_s)
-        att = await run_attempt(backend, image, limits, plan, None, Policy.OFF, timeout_s, canaries=False)
+        att = await run_attempt(backend, image, limits, plan, None, Policy.OFF, timeout_s, canaries=False,
+                                differential=False)
         found = Baseline(att.result, round(att.timings.get("tests_s", 0.0), 3), timeout_s)
         await asyncio.to_thread(_save, path, found)
         return found

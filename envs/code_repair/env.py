@@ -16,8 +16,10 @@ rules, reset and apply test_patch, run the tests, swebench's grading). Reward 1.
 ``partial_credit`` a fix that keeps every PASS_TO_PASS test passing earns the fraction of FAIL_TO_PASS tests
 it makes pass. ``info["tests"]`` has the swebench tests_status; ``info["suspect"]`` the static screening rules
 that fired (``harness/screen.py``; with ``strict`` such a patch is not resolved). Every grading run plants
-canary tests and requires every expected test exactly once (``harness/canary.py``). Hidden tests that hang or
-exhaust memory with the patch while the unpatched base runs well inside the budget are the policy's doing:
+canary tests and requires every expected test exactly once (``harness/canary.py``), and runs FAIL_TO_PASS
+tests beside perturbed twins that must fail (``harness/differential.py``; ``info["forgery_check"]`` has the
+verdict); ``canaries=False`` / ``differential=False`` turn either off for comparisons. Hidden tests that hang
+or exhaust memory with the patch while the unpatched base runs well inside the budget are the policy's doing:
 reward 0 with ``info["reason"]`` ``timeout``/``oom``, no retry (``harness/verdicts.py``). A grading run that
 fails for infrastructure reasons (twice: a sandbox that died, an environment too slow for its own tests), or a
 test_patch that does not apply, raises :class:`~envfarm.errors.InfraError` from ``astep`` (the sync ``step``
@@ -106,6 +108,8 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
         test_timeout_s: float = 300.0,
         grade_timeout_s: float = 600.0,
         strict: bool = False,
+        canaries: bool = True,
+        differential: bool = True,
         **kwargs: Any,
     ) -> None:
         if "instances" in kwargs:  # instances=: the same as tasks= (a file, or a mined catalogue folder)
@@ -134,7 +138,8 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
         self.plans = _plans(instances, specs)
         self.partial_credit = partial_credit
         self.bash_timeout_s, self.test_timeout_s = float(bash_timeout_s), float(test_timeout_s)
-        self.harness = HarnessConfig(run_id="coderepair", timeout_s=grade_timeout_s, strict=strict)
+        self.harness = HarnessConfig(run_id="coderepair", timeout_s=grade_timeout_s, strict=strict,
+                                     canaries=canaries, differential=differential)
         self._backend: Backend | None = None
         self._builder = ImageBuilder(self.repo_source, max_workers=1)
         self._pending: int | None = None
@@ -272,12 +277,13 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
             report = await asyncio.to_thread(
                 grade, inst, attempt.test_log, model_patch=patch, model_name_or_path="coderepair",
                 findings=attempt.findings, log_parser=plan.log_parser, eval_type=plan.eval_type,
-                canaries=attempt.canaries, strict=self.harness.strict)
+                canaries=attempt.canaries, strict=self.harness.strict, twins=attempt.twins)
         reward = self._reward(report)
         info = {"resolved": report.resolved, "status": report.status.value, "patch": patch,
                 "tests": report.tests.to_swebench() if report.tests else None,
                 "findings": [f.describe() for f in report.findings], "grade_s": time.monotonic() - t0,
-                "suspect": [x.describe() for x in report.suspicions]}
+                "suspect": [x.describe() for x in report.suspicions],
+                "forgery_check": report.forgery_check.to_json() if report.forgery_check else None}
         return Outcome(tools.verdict(report), reward, True, info)
 
     async def _attempt(self, patch: str) -> Attempt:
@@ -288,7 +294,8 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
         for _ in range(self.harness.retries + 1):
             try:
                 attempt = await run_attempt(self._backend, self._built.tag, limits, self.task.plan, patch,
-                                            self.harness.tamper, timeout)
+                                            self.harness.tamper, timeout, canaries=self.harness.canaries,
+                                            differential=self.harness.differential)
                 if attempt.result not in STOPPED:
                     return attempt
                 kind, attempt = await self._baselines.judge(self._backend, self._built.tag, limits,

@@ -220,11 +220,12 @@ def test_a_failing_image_build_is_an_infra_error_retried_once(
 
 
 @pytest.mark.parametrize(
-    ("policy", "canaries", "resolved", "rules"),
+    ("policy", "canaries", "differential", "resolved", "rules"),
     [
-        (Policy.OFF, False, True, []),
-        (Policy.OFF, True, False, ["canary"]),
-        (Policy.FLAG, False, False, ["conftest"]),
+        (Policy.OFF, False, False, True, []),
+        (Policy.OFF, True, False, False, ["canary"]),
+        (Policy.OFF, False, True, False, ["differential"]),
+        (Policy.FLAG, False, False, False, ["conftest"]),
     ],
 )
 def test_tamper_policies_and_canaries(
@@ -232,13 +233,15 @@ def test_tamper_policies_and_canaries(
     tmp_path: Path,
     policy: Policy,
     canaries: bool,
+    differential: bool,
     resolved: bool,
     rules: list[str],
 ) -> None:
-    """``off`` without canaries is SWE-bench's behaviour: the flipping conftest.py resolves the instance
-    (upstream swebench issue 631). With canaries on, no path rule is needed: the must-fail canaries come out
-    passed."""
-    report = run(toy, tmp_path, ("conftest",), tamper=policy, canaries=canaries).reports[
+    """``off`` without canaries and twins is SWE-bench's behaviour: the flipping conftest.py resolves the
+    instance (upstream swebench issue 631). With canaries on, or the differential check, no path rule is
+    needed: the must-fail canaries, or the perturbed twins of FAIL_TO_PASS tests, come out passed."""
+    report = run(toy, tmp_path, ("conftest",), tamper=policy, canaries=canaries,
+                 differential=differential).reports[
         "envfarm-tests__calc-conftest"
     ]
     assert report.resolved is resolved

@@ -1,0 +1,316 @@
+"""The differential check (harness/differential.py): FAIL_TO_PASS tests run beside perturbed twins that must
+fail. Planted twins behave as declared under real pytest; a framework rewritten in memory to flip failures
+is caught by this check alone (canaries off) on a built-in CodeRepair task and on a SWE-bench row; gold
+patches still resolve, with every twin checked, on every built-in task and on mirrored SWE-bench rows."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import difflib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from random import Random
+from typing import Any
+
+import pytest
+
+from envfarm.harness import (
+    HarnessConfig,
+    InstanceReport,
+    Outcome,
+    Policy,
+    Prediction,
+    ResolutionStatus,
+    _swebench,
+    differential,
+    evaluate,
+    grade,
+    load_instances,
+)
+from envfarm.harness.differential import Target, Twin
+from envfarm.harness.grading import ForgeryCheck
+from envfarm.harness.images import PRISTINE, ImageBuilder
+from envfarm.harness.run import run_attempt, sandbox_limits
+from envfarm.harness.specs import SpecCatalog
+from envfarm.sandbox import Backend, get_backend
+from envfarm.testing.exploit_payloads import PYTEST_PLUGIN, hook_code
+from envfarm.testing.toyrepo import LITE
+
+BUILTIN_ROW = "envfarm__roman-four-hundreds"
+FLASK_ROWS = ("pallets__flask-4045", "pallets__flask-4992", "pallets__flask-5063")
+FLIP_ALL = "pytest-report"
+"""exploit_payloads.PATCHES key: TestReport.from_item_and_call rewritten to turn every failure into a pass."""
+PACKAGE = {
+    "shapes/__init__.py": "def area(w, h):\n    return w * h\n\n\ndef label(n):\n    return 'n%d' % n\n",
+}
+MODULE = textwrap.dedent('''\
+    """Tests of shapes."""
+    import pytest
+
+    from shapes import area, label
+
+
+    def test_area():
+        got = area(2, 3)
+        assert got == 6
+
+
+    def test_label():
+        assert label(4) == "n4"
+
+
+    @pytest.mark.parametrize("w", [1, 2])
+    def test_area_param(w):
+        assert area(w, 1) == w
+
+
+    class TestShapes:
+        def test_truthy(self):
+            assert area(1, 1)
+
+        def test_helper_only(self):
+            area(1, 1)
+
+
+    def test_other():
+        assert area(0, 1) == 0
+    ''')
+WANTED = [(None, "test_area"), (None, "test_label"), (None, "test_area_param"), ("TestShapes", "test_truthy"),
+          ("TestShapes", "test_helper_only")]
+
+
+def _run_pytest(tmp_path: Path, text: str, *extra: str) -> str:
+    for path, body in PACKAGE.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(body)
+    (tmp_path / "tests").mkdir(exist_ok=True)
+    (tmp_path / "tests" / "test_shapes.py").write_text(text)
+    cmd = [sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", *extra, "tests/test_shapes.py"]
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"}
+    res = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    return res.stdout + res.stderr
+
+
+def _status(log: str) -> dict[str, str]:
+    parse = _swebench.load().log_parsers.PARSER_REGISTRY["parse_log_pytest"]
+    return dict(parse(log, None))
+
+
+def test_expected_names_point_at_functions_classes_and_files() -> None:
+    assert differential.target("tests/test_x.py::TestK::test_f[a::b-1]") == Target("test_f", "TestK",
+                                                                                   "tests/test_x.py")
+    assert differential.target("tests/test_x.py::test_g") == Target("test_g", None, "tests/test_x.py")
+    assert differential.target("test_h (admin_views.tests.AdminTests)") == Target("test_h", "AdminTests")
+    assert differential.target("test_sqrt") == Target("test_sqrt")
+    names = ["tests/test_a.py::test_one", "tests/test_b.py::test_two", "test_three"]
+    assert differential.targets_in("tests/test_a.py", names) == [(None, "test_one"), (None, "test_three")]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_honest_copies_pass_and_decoys_fail_under_pytest(tmp_path: Path, seed: int) -> None:
+    planting = differential.plant("tests/test_shapes.py", MODULE, WANTED, rng=Random(seed))
+    assert len(planting.twins) == len(WANTED), "every wanted test is twinned"
+    assert {t.how for t in planting.twins} >= {"literal", "appended"}
+    log = differential.rename_back(_run_pytest(tmp_path, planting.text), planting.twins)
+    status = _status(log)
+    for name in ("test_area", "test_label", "test_area_param[1]", "test_area_param[2]",
+                 "TestShapes::test_truthy", "TestShapes::test_helper_only", "test_other"):
+        assert status[f"tests/test_shapes.py::{name}"] == "PASSED", (name, log)
+    decoys = {k: v for k, v in status.items() if any(t.decoy in k for t in planting.twins)}
+    assert len(decoys) == len(WANTED) + 1 and set(decoys.values()) == {"FAILED"}, log
+    passed, detail = differential.verdict(planting.twins, status)
+    assert passed, detail
+    assert detail.startswith(f"{len(WANTED) + 1} passing test(s) checked"), detail
+
+
+def test_a_failure_flipping_plugin_fails_the_verdict(tmp_path: Path) -> None:
+    (tmp_path / "speedups.py").write_text(PYTEST_PLUGIN)
+    planting = differential.plant("tests/test_shapes.py", MODULE, WANTED, rng=Random(7))
+    log = differential.rename_back(_run_pytest(tmp_path, planting.text, "-p", "speedups"), planting.twins)
+    status = _status(log)
+    assert set(status.values()) == {"PASSED"}, "the plugin flips every failure"
+    passed, detail = differential.verdict(planting.twins, status)
+    assert not passed and "must fail, reported PASSED" in detail, detail
+
+
+def test_verdict_on_sympy_and_django_keys_and_missing_decoys() -> None:
+    twin = Twin("test_sqrt", "sympy/core/tests/test_power.py", "test_sqrt_ab1", "test_sqrt_cd2", "negated")
+    honest_only = {"test_sqrt": "PASSED"}
+    assert differential.verdict([twin], honest_only)[0] is False, "a decoy missing from the results"
+    failing = {"test_sqrt": "PASSED", "test_sqrt_cd2": "FAILED",
+               "sympy/core/tests/test_power.py:test_sqrt_cd2": "FAILED"}
+    assert differential.verdict([twin], failing)[0] is True
+    assert differential.verdict([twin], {**failing, "test_sqrt_cd2": "PASSED"})[0] is False
+    not_claimed = {"test_sqrt": "FAILED", "test_sqrt_cd2": "PASSED"}
+    assert differential.verdict([twin], not_claimed) == (
+        True, "1 twin(s) planted; none of the twinned tests passed, nothing to compare")
+    dj = Twin("test_h", "tests/admin_views/tests.py", "test_h_xy3", "test_h_zz4", "literal")
+    assert differential.verdict([dj], {"test_h (admin_views.tests.AdminTests)": "PASSED",
+                                       "test_h_zz4 (admin_views.tests.AdminTests)": "PASSED"})[0] is False
+    assert differential.verdict([], {})[0] is True
+
+
+def test_unittest_methods_and_the_log_rename() -> None:
+    text = textwrap.dedent("""\
+        import unittest
+
+
+        class T(unittest.TestCase):
+            def test_eq(self):
+                self.assertEqual(len("ab"), 2)
+
+            def test_true(self):
+                self.assertTrue(len("ab"))
+        """)
+    planting = differential.plant("tests/t.py", text, [("T", "test_eq"), ("T", "test_true")], rng=Random(1))
+    decoys = {t.how for t in planting.twins}
+    assert decoys == {"literal", "negated"}, planting.text
+    assert 'self.assertFalse(len("ab"))' in planting.text
+    assert 'self.assertEqual(len("ab"), 2)' in planting.text
+    compile(planting.text, "t.py", "exec")
+    t = planting.twins[0]
+    log = f"{t.honest} (t.T) ... ok\n{t.decoy} (t.T) ... FAIL\n"
+    assert differential.rename_back(log, planting.twins).splitlines()[0] == f"{t.test} (t.T) ... ok"
+
+
+def test_forgery_check_round_trips_through_report_json() -> None:
+    twin = Twin("test_a", "tests/test_a.py", "test_a_aa1", "test_a_bb2", "literal")
+    check = ForgeryCheck("differential", False, "forged", (twin,))
+    report = InstanceReport("o__r-1", "m", Outcome.UNRESOLVED, ResolutionStatus.NO, patch_exists=True,
+                            patch_applied=True, forgery_check=check)
+    data = json.loads(json.dumps(report.to_swebench()))
+    assert data["o__r-1"]["envfarm"]["forgery_check"]["passed"] is False
+    assert InstanceReport.from_swebench(data).forgery_check == check
+
+
+# ------------------------------------------------------------------------------------------ real docker
+
+
+def _append_diff(path: str, base: str, addition: str) -> str:
+    """A git-style diff that appends ``addition`` to ``path`` (whose text at the base commit is ``base``)."""
+    assert base.endswith("\n"), f"{path} ends without a newline"
+    old, new = base.splitlines(keepends=True), (base + addition).splitlines(keepends=True)
+    body = "".join(difflib.unified_diff(old, new, f"a/{path}", f"b/{path}"))
+    return f"diff --git a/{path} b/{path}\n{body}"
+
+
+def _call(name: str, **arguments: Any) -> str:
+    return json.dumps({"name": name, "arguments": arguments})
+
+
+def _episode(actions: list[str] | None, *, canaries: bool, check: bool) -> dict[str, Any]:
+    """One CodeRepair episode on the built-in row: ``actions`` (None: the oracle), then submit."""
+    from envfarm.envs.code_repair.env import CodeRepairEnv
+
+    env = CodeRepairEnv(instance_ids=[BUILTIN_ROW], backend="docker", canaries=canaries, differential=check)
+    try:
+        env.reset(options={"instance_id": BUILTIN_ROW})
+        info: dict[str, Any] = {}
+        for action in [*(actions if actions is not None else env.oracle()[:-1]), _call("submit")]:
+            _, reward, terminated, _, info = env.step(action)
+            if terminated:
+                return {**info, "reward": reward}
+        raise AssertionError(f"the episode did not end: {info}")
+    finally:
+        env.close()
+
+
+def _flip_all_in(path: str) -> list[str]:
+    """A bash action that appends the in-memory flipping hook to ``path`` in the workspace."""
+    blob = base64.b64encode(hook_code(FLIP_ALL).encode()).decode()
+    script = f"import base64; open({path!r}, 'a').write(base64.b64decode({blob!r}).decode())"
+    return [_call("bash", command=f'python3 -c "{script}"')]
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_code_repair_catches_an_in_memory_flip_with_canaries_off() -> None:
+    forge = _flip_all_in("roman/__init__.py")
+    unchecked = _episode(forge, canaries=False, check=False)
+    assert unchecked["resolved"] and unchecked["reward"] == 1.0, "the forgery fools plain grading"
+    caught = _episode(forge, canaries=False, check=True)
+    assert not caught["resolved"] and caught["reward"] == 0.0, caught
+    check = caught["forgery_check"]
+    assert check["name"] == "differential" and check["passed"] is False, check
+    assert "must fail, reported PASSED" in check["detail"] and len(check["twins"]) == 2
+    assert [f.split(":")[0] for f in caught["findings"]] == ["differential"], "the check alone caught it"
+    gold = _episode(None, canaries=False, check=True)
+    assert gold["resolved"] and gold["forgery_check"]["passed"], gold["forgery_check"]
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_gold_resolves_every_builtin_task_with_every_twin_checked(tmp_path: Path) -> None:
+    from envfarm.envs.code_repair import builtin
+    from envfarm.envs.code_repair.env import builtin_instances
+
+    instances, repos = builtin_instances()
+    preds = {i.instance_id: Prediction(i.instance_id, "gold", i.patch) for i in instances}
+    config = HarnessConfig(run_id="diff-gold", report_dir=tmp_path, repo_source=repos, max_workers=2)
+    run = asyncio.run(evaluate(list(instances), preds, config))
+    assert len(run.reports) == len(instances) == len(builtin.rows(builtin.load_projects()))
+    for iid, report in run.reports.items():
+        check = report.forgery_check
+        assert report.resolved and check is not None and check.passed, (iid, report.error, check)
+        assert check.twins and "every twin failed" in check.detail, (iid, check)
+
+
+@pytest.fixture(scope="module")
+def flask() -> Iterator[tuple[Backend, dict[str, Any]]]:
+    """The flask rows, their plans and images. The images are found by content hash; building one needs
+    the pallets/flask repository: ENVFARM_MIRRORS names a folder of ``owner__name.git`` mirrors."""
+    rows = load_instances(LITE / "test.parquet", list(FLASK_ROWS))
+    catalog, builder = SpecCatalog(), ImageBuilder(os.environ.get("ENVFARM_MIRRORS"))
+    found = {}
+    for inst in rows:
+        plan = catalog.plan(inst)
+        try:
+            found[inst.instance_id] = (inst, plan, asyncio.run(builder.instance(plan)))
+        except Exception as e:  # no image, and no repository to build it from
+            pytest.skip(f"no image for {inst.instance_id}, no mirror to build it ({e}): set ENVFARM_MIRRORS")
+    backend = get_backend("docker")
+    try:
+        yield backend, found
+    finally:
+        asyncio.run(backend.aclose())
+
+
+async def _graded(backend: Backend, row: tuple[Any, Any, Any], patch: str, canaries: bool,
+                  check: bool) -> InstanceReport:
+    inst, plan, image = row
+    limits = sandbox_limits(1.0, 4096, 2048, 2048, image.repo_bytes, 600)
+    att = await run_attempt(backend, image.tag, limits, plan, patch, Policy.REVERT, 600, canaries=canaries,
+                            differential=check)
+    assert att.result == "graded", (att.result, att.message, att.steps)
+    return await asyncio.to_thread(grade, inst, att.test_log, model_patch=patch, findings=att.findings,
+                                   log_parser=plan.log_parser, eval_type=plan.eval_type,
+                                   canaries=att.canaries, twins=att.twins)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_swebench_gold_resolves_and_an_in_memory_flip_is_caught(
+        flask: tuple[Backend, dict[str, Any]]) -> None:
+    backend, rows = flask
+    for iid, row in rows.items():
+        report = asyncio.run(_graded(backend, row, row[0].patch, canaries=True, check=True))
+        check = report.forgery_check
+        assert report.resolved and check is not None and check.passed and check.twins, (iid, check)
+
+    async def base_text(row: tuple[Any, Any, Any]) -> str:
+        async with backend.open(image=row[2].tag) as sb:
+            return (await sb.read_file(f"{PRISTINE}/src/flask/__init__.py")).decode()
+
+    row = rows["pallets__flask-4992"]
+    forge = _append_diff("src/flask/__init__.py", asyncio.run(base_text(row)), hook_code(FLIP_ALL))
+    unchecked = asyncio.run(_graded(backend, row, forge, canaries=False, check=False))
+    assert unchecked.resolved, "the forgery fools plain grading"
+    caught = asyncio.run(_graded(backend, row, forge, canaries=False, check=True))
+    assert not caught.resolved and caught.forgery_check is not None and not caught.forgery_check.passed
+    assert [f.rule for f in caught.findings] == ["differential"], caught.findings
