@@ -24,10 +24,13 @@ from envfarm.harness.grading import InstanceReport
 from envfarm.harness.instances import Instance
 from envfarm.harness.repos import locate
 
-from .exploits import Exploit, exploits_for, render_patch
+from .exploit_payloads import GRADER_AWARE, hook_code
+from .exploits import Edit, Exploit, Target, exploits_for, render_patch
 
 GOLD = "gold"
 PREFIX = "forgery/"
+GRADER_AWARE_CLASS = 5
+"""Forgery classes 1-4 are ``exploits.py``'s; 5 is grader-aware (:func:`grader_aware`)."""
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,7 @@ class Graded:
     patch: str
     """``gold`` or the exploit's name."""
     forgery_class: int
-    """0 for gold, else the exploit's class (1-4)."""
+    """0 for gold, else the exploit's class (1-4, 5 grader-aware)."""
     outcome: str
     resolved: bool
     suspect: bool
@@ -86,10 +89,20 @@ class AuditReport:
 
 
 def suite(inst: Instance) -> list[Exploit]:
-    """Every exploit of the forgery suite that applies to ``inst``'s runner."""
+    """Every exploit of the forgery suite that applies to ``inst``'s runner, the grader-aware class last."""
     from envfarm.demo.harness import target
 
-    return exploits_for(target(inst))
+    return [*exploits_for(target(inst)), *grader_aware(target(inst))]
+
+
+def grader_aware(t: Target) -> list[Exploit]:
+    """Class 5, grader-aware: the package under test rewrites the runner's reports in memory, forging a pass
+    only for the failing tests that ``envfarm.testing.recogniser``'s rule (embedded in the patch, run in the
+    test process) takes for real, and leaving the suspected canaries honest."""
+    key = GRADER_AWARE[t.runner]
+    return [Exploit(f"{t.runner}-grader-aware", GRADER_AWARE_CLASS,
+                    "the package rewrites the runner's reports, forging only tests its canary recogniser "
+                    "calls real", (Edit(t.package_init, "append", hook_code(key)),))]
 
 
 async def audit(

@@ -1,5 +1,5 @@
 """The forgery suite (envfarm.testing.exploits) against the harness on real docker, one test per forgery
-class.
+class (class 5 is grader-aware, envfarm/testing/audit.py).
 
 Each exploit is a patch that fixes nothing and tries to be graded resolved. Every class is run twice on the
 toy repository: with SWE-bench's grading (``--tamper off --no-canaries``), where at least one exploit of the
@@ -10,9 +10,11 @@ The same suite against real SWE-bench rows (flask, sympy) is ``bench/exploits.py
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,13 +24,18 @@ from envfarm.harness.instances import instance_from_row
 from envfarm.harness.run import run_attempt, sandbox_limits
 from envfarm.harness.specs import Plan, SpecCatalog
 from envfarm.sandbox import Backend, get_backend
+from envfarm.testing.audit import grader_aware
 from envfarm.testing.exploits import Exploit, Target, exploits_for, render_patch
 from envfarm.testing.toyrepo import KEY, PATCHES, row
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 TARGET = Target("pytest", "calc/__init__.py", ("tests/test_ops.py",))
-CLASSES = (1, 2, 3, 4)
+OTHER_CHECKS = ("differential",)
+"""run_attempt's switches for checks other than canaries, off here: the test is about canaries."""
+CLASSES = (1, 2, 3, 4, 5)
+"""exploits.py's classes, and 5: grader-aware (audit.grader_aware), which forges only the failures of tests
+its canary recogniser takes for real and leaves suspected canaries honest."""
 
 
 @dataclass
@@ -39,9 +46,13 @@ class Grader:
     repo_bytes: int
 
     async def grade(self, patch: str, policy: Policy, canaries: bool) -> InstanceReport:
+        """Graded with canaries or without, and no other check of the run (SWE-bench's grading, or canaries
+        alone), whatever else run_attempt can do."""
         limits = sandbox_limits(1.0, 1024, 256, 512, self.repo_bytes, 60)
+        params = inspect.signature(run_attempt).parameters
+        alone: dict[str, Any] = {k: False for k in OTHER_CHECKS if k in params}
         att = await run_attempt(
-            self.backend, self.image, limits, self.plan, patch, policy, 60, canaries=canaries
+            self.backend, self.image, limits, self.plan, patch, policy, 60, canaries=canaries, **alone
         )
         assert att.result == "graded", (att.result, att.message, att.steps)
         inst = self.plan.instance
@@ -65,7 +76,8 @@ def grader(toy: tuple[Path, str, Path]) -> Iterator[Grader]:
 
 def _patches(toy: tuple[Path, str, Path], forgery_class: int) -> dict[str, str]:
     source, base, _ = toy
-    chosen: list[Exploit] = [e for e in exploits_for(TARGET) if e.forgery_class == forgery_class]
+    suite = [*exploits_for(TARGET), *grader_aware(TARGET)]
+    chosen: list[Exploit] = [e for e in suite if e.forgery_class == forgery_class]
     assert chosen, f"the suite has no class {forgery_class} exploit for pytest"
     return {e.name: render_patch(source / KEY, base, e) for e in chosen}
 
