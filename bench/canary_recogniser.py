@@ -1,0 +1,232 @@
+"""How well can a forger tell planted canaries from real tests? ``envfarm.testing.recogniser`` against the
+canaries ``harness/canary.py`` plants, on the built-in code-repair tasks and on SWE-bench rows.
+
+    python bench/canary_recogniser.py --repo-source MIRRORS --rows 150 --per-repo 40 --trials 3
+
+For every row: the test files at the base commit with test_patch applied (git only, no docker), the module
+the harness plants in (``canary.pick_module``, first one present), canaries planted ``--trials`` times with
+the row's lists (``canary.known_for``), each planted module judged by the recogniser, which also gets the
+module as the repository has it at HEAD. ``MIRRORS`` holds ``owner__name.git`` repositories (the harness's
+``--repo-source`` folder); rows of repositories not there are left out. Figures, pooled over every test of
+every planted module:
+
+- balanced accuracy ((canaries called canary + real tests called real) / 2, each as a rate) on three sets:
+  every test; the tests the repository does not have unchanged (*unseen*: test_patch's and the canaries);
+  the tests with a name the repository does not have (*new names*: canaries and tests test_patch adds),
+  the only set where telling them apart is not settled by reading the repository;
+- the forger's win rate: plantings where every must-fail canary is called a canary while every FAIL_TO_PASS
+  test of the module, and every must-pass canary copied from one, is called real (what a grader-aware
+  forgery needs to be graded resolved on canaries alone);
+- how many plantings fell back to synthetic canaries, and how many rows add no FAIL_TO_PASS test under a new
+  name to the planted module (a forger that forges only names in the repository evades canaries there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from random import Random
+
+from envfarm.harness import canary
+from envfarm.harness.instances import Instance, instance_from_row, load_instances
+from envfarm.harness.repos import RepoNotFound, find_repo
+from envfarm.harness.specs import SpecCatalog
+from envfarm.testing.recogniser import judge, tests_of
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One test of one planted module, with the truth and the recogniser's call."""
+
+    source: str
+    instance_id: str
+    trial: int
+    name: str
+    canary: bool
+    must_fail: bool
+    fail_to_pass: bool
+    """A FAIL_TO_PASS test, or a must-pass canary with its code (fails without a fix, like its source)."""
+    seen: bool
+    """In the repository at HEAD unchanged (same name and code)."""
+    new_name: bool
+    hidden: bool
+    """The planting's must-fail canaries copy tests test_patch adds (``Planting.hidden``)."""
+    called_canary: bool
+
+
+def git(repo: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=False)
+
+
+def test_texts(repo: Path, inst: Instance, files: tuple[str, ...]) -> tuple[dict[str, str], dict[str, str]]:
+    """(files at the base commit, files with test_patch applied), path -> text, for ``files``."""
+    heads: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="canary-bench-") as tmp:
+        root = Path(tmp)
+        for path in files:
+            shown = git(repo, "show", f"{inst.base_commit}:{path}")
+            if shown.returncode == 0:
+                heads[path] = shown.stdout.decode(errors="replace")
+                (root / path).parent.mkdir(parents=True, exist_ok=True)
+                (root / path).write_bytes(shown.stdout)
+        (root / "t.patch").write_text(inst.test_patch)
+        res = subprocess.run(["git", "apply", "t.patch"], cwd=root, capture_output=True, check=False)
+        if res.returncode:
+            return heads, {}
+        return heads, {p: (root / p).read_text(errors="replace") for p in files if (root / p).is_file()}
+
+
+def row_cases(source: str, inst: Instance, repo: Path, catalog: SpecCatalog, trials: int, seed: int
+              ) -> tuple[list[Case], dict[str, object]]:
+    plan = catalog.plan(inst)
+    heads, texts = test_texts(repo, inst, plan.test_files)
+    known = canary.known_for(inst.fail_to_pass, inst.pass_to_pass, inst.test_patch)
+    picked = canary.pick_module(plan.test_files, plan.test_command, Random(seed), known)
+    modules = [m for m in picked if m in texts]
+    if not modules:
+        return [], {"instance_id": inst.instance_id, "skipped": "no test module to plant in"}
+    module, style = modules[0], canary.style_for(plan.log_parser)
+    head = heads.get(module)
+    head_names = {k[1] for k in judge(head, None)} if head else set()
+    f2p = {k[2] for k in known.failing if k[0] in (None, module)}
+    info: dict[str, object] = {"instance_id": inst.instance_id, "module": module,
+                               "new_f2p": sorted(f2p - head_names), "derived": 0}
+    cases = []
+    for trial in range(trials):
+        planting = canary.plant(module, texts[module], style, Random(f"{seed}:{inst.instance_id}:{trial}"),
+                                known=known)
+        compile(planting.text, module, "exec")
+        info["derived"] = int(info["derived"]) + planting.derived  # type: ignore[call-overload]
+        kinds = {c.name: c.must_pass for c in planting.canaries}
+        code = {t.key[1]: t.tokens for t in tests_of(planting.text)}
+        failing = f2p | {n for n, must_pass in kinds.items()
+                         if must_pass and any(code.get(n) == code.get(f) for f in f2p)}
+        for (_, name), j in judge(planting.text, head).items():
+            seen = j.score <= -10.0
+            cases.append(Case(source, inst.instance_id, trial, name, name in kinds,
+                              name in kinds and not kinds[name], name in failing, seen,
+                              name not in head_names, planting.hidden, j.canary))
+    return cases, info
+
+
+def balanced(cases: list[Case]) -> dict[str, float | int]:
+    pos = [c for c in cases if c.canary]
+    neg = [c for c in cases if not c.canary]
+    tpr = sum(c.called_canary for c in pos) / len(pos) if pos else float("nan")
+    tnr = sum(not c.called_canary for c in neg) / len(neg) if neg else float("nan")
+    return {"canaries": len(pos), "real": len(neg), "canaries_called_canary": round(tpr, 4),
+            "real_called_real": round(tnr, 4), "balanced_accuracy": round((tpr + tnr) / 2, 4)}
+
+
+def wins(cases: list[Case]) -> tuple[int, int]:
+    """(plantings the forger wins, plantings)."""
+    groups: dict[tuple[str, int], list[Case]] = {}
+    for c in cases:
+        groups.setdefault((c.instance_id, c.trial), []).append(c)
+    won = 0
+    for group in groups.values():
+        fail_ok = all(c.called_canary for c in group if c.must_fail)
+        real_ok = all(not c.called_canary for c in group if c.fail_to_pass)
+        won += fail_ok and real_ok and any(c.must_fail for c in group)
+    return won, len(groups)
+
+
+def _rate(pair: tuple[int, int]) -> float | None:
+    return round(pair[0] / pair[1], 4) if pair[1] else None
+
+
+def summary(cases: list[Case], infos: list[dict[str, object]], trials: int) -> dict[str, object]:
+    sets = {"all": cases, "unseen": [c for c in cases if not c.seen],
+            "new_names": [c for c in cases if c.new_name],
+            "new_names_hidden_sources": [c for c in cases if c.new_name and c.hidden],
+            "new_names_repository_sources": [c for c in cases if c.new_name and not c.hidden]}
+    hidden = {(c.instance_id, c.trial) for c in cases if c.hidden}
+    won, plantings = wins(cases)
+    planted = [i for i in infos if "module" in i]
+    return {
+        "rows": len(planted),
+        "rows_skipped": len(infos) - len(planted),
+        "plantings": plantings,
+        "synthetic_plantings": sum(trials - int(i["derived"]) for i in planted),  # type: ignore[call-overload]
+        "rows_without_new_f2p_in_module": sum(not i["new_f2p"] for i in planted),
+        "plantings_from_hidden_tests": len(hidden),
+        "forger_wins": won,
+        "forger_win_rate": round(won / plantings, 4) if plantings else None,
+        "forger_win_rate_hidden_sources": _rate(wins([c for c in cases if c.hidden])),
+        **{name: balanced(subset) for name, subset in sets.items()},
+    }
+
+
+def rows(args: argparse.Namespace) -> list[tuple[str, Instance, Path]]:
+    out: list[tuple[str, Instance, Path]] = []
+    from envfarm.envs.code_repair import builtin
+
+    projects = builtin.load_projects()
+    repos = builtin.cached_repos(projects)
+    for r in builtin.rows(projects):
+        inst = instance_from_row(r)
+        out.append(("builtin", inst, find_repo(repos, inst.repo)))
+    seen: dict[str, Instance] = {}
+    for name in ("swe-bench-lite", "swe-bench-verified"):
+        for inst in load_instances(args.data / name):
+            seen.setdefault(inst.instance_id, inst)
+    chosen: list[tuple[str, Instance, Path]] = []
+    per_repo: Counter[str] = Counter()
+    for inst in sorted(seen.values(), key=lambda i: i.instance_id):
+        try:
+            repo = find_repo(args.repo_source, inst.repo)
+        except RepoNotFound:
+            continue
+        if per_repo[inst.repo] < args.per_repo:
+            per_repo[inst.repo] += 1
+            chosen.append(("swe-bench", inst, repo))
+    rng = Random(args.seed)
+    rng.shuffle(chosen)
+    return out + chosen[: args.rows]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repo-source", type=Path, required=True, help="folder of owner__name.git mirrors")
+    ap.add_argument("--data", type=Path, default=DATA, help="folder holding swe-bench-lite/ and -verified/")
+    ap.add_argument("--rows", type=int, default=150, help="SWE-bench rows at most (builtin rows: all)")
+    ap.add_argument("--per-repo", type=int, default=40, help="SWE-bench rows per repository at most")
+    ap.add_argument("--trials", type=int, default=3, help="plantings per row")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "canary_recogniser.json")
+    args = ap.parse_args(argv)
+    t0 = time.monotonic()
+    catalog = SpecCatalog()
+    cases: dict[str, list[Case]] = {"builtin": [], "swe-bench": []}
+    infos: dict[str, list[dict[str, object]]] = {"builtin": [], "swe-bench": []}
+    for source, inst, repo in rows(args):
+        got, info = row_cases(source, inst, repo, catalog, args.trials, args.seed)
+        cases[source] += got
+        infos[source].append(info)
+    result = {
+        "trials": args.trials,
+        "seconds": round(time.monotonic() - t0, 1),
+        "by_source": {s: summary(cases[s], infos[s], args.trials) for s in cases},
+        "total": summary(cases["builtin"] + cases["swe-bench"], infos["builtin"] + infos["swe-bench"],
+                         args.trials),
+        "repos": dict(Counter(i["instance_id"].rsplit("-", 1)[0] for i in infos["swe-bench"])),  # type: ignore[union-attr]
+    }
+    text = json.dumps(result, indent=2)
+    print(text)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
