@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
@@ -46,13 +47,27 @@ WRITABLE = {"workspace": "/workspace", "tmp": "/tmp", "shm": "/dev/shm"}
 """Store name -> path inside the sandbox, of every writable path."""
 
 
-_MOUNTS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="envfarm-layers")
+_mounts: ThreadPoolExecutor | None = None
 """The store's blocking work runs here, not in the default executor: mount calls take a millisecond and
-must not queue behind the docker API calls of children booting meanwhile."""
+must not queue behind the docker API calls of children booting meanwhile. Made anew in a forked process
+(its threads do not survive a fork)."""
 
 
 async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
-    return await asyncio.get_running_loop().run_in_executor(_MOUNTS, fn, *args)
+    global _mounts
+    if _mounts is None:
+        _mounts = ThreadPoolExecutor(max_workers=2, thread_name_prefix="envfarm-layers")
+    return await asyncio.get_running_loop().run_in_executor(_mounts, fn, *args)
+
+
+def _after_fork_in_child() -> None:
+    """A forked process (a vector env's worker) has no thread of ours and owns none of our layers."""
+    global _mounts
+    _mounts = None
+    store.cache_clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @cache
