@@ -100,13 +100,7 @@ def run_episode(env: AgentEnv[Any], seed: int) -> tuple[float, bool, dict[str, A
 
 def play_oracle(env: AgentEnv[Any]) -> tuple[float, bool, dict[str, Any]]:
     """Play the oracle on the task ``env`` was reset to; (total reward, terminated, last info)."""
-    total, terminated, info = 0.0, False, dict[str, Any]()
-    for action in env.oracle():
-        _, reward, terminated, truncated, info = env.step(action)
-        total += reward
-        if terminated or truncated:
-            break
-    return total, terminated, info
+    return _play(env, env.oracle())
 
 
 def check_api(env_id: str, backend: str, kwargs: Kwargs = None) -> str:
@@ -206,6 +200,43 @@ def _held(env: AgentEnv[Any], live: int) -> int:
     return held + max(0, live - tracked)
 
 
+def check_fork(env_id: str, backend: str, kwargs: Kwargs = None) -> str:
+    """``AgentEnv.fork`` mid-episode: the fork and its original each finish the oracle's episode, and a step
+    taken by one is not seen by the other."""
+    with opened(env_id, backend, kwargs) as env:
+        if not env.forkable:
+            return "skipped: the family does not fork (forkable = False)"
+        env.reset(seed=1)
+        if not env.has_oracle():
+            return "skipped: seed 1's task has no oracle"
+        actions = env.oracle()
+        head, rest = actions[: len(actions) // 2], actions[len(actions) // 2:]
+        for action in head:
+            env.step(action)
+        twin = env.fork()
+        try:
+            assert twin.steps == env.steps and twin.transcript == env.transcript, "the fork's state differs"
+            env.step("not a tool call")  # the original moves on alone
+            assert (twin.steps, env.steps) == (len(head), len(head) + 1), "one's step was seen by the other"
+            for who, played in (("the fork", twin), ("the original", env)):
+                reward, terminated, info = _play(played, rest)
+                why = f"reward {reward} {info.get('infra_error', '')}".strip()
+                assert reward > 0 and terminated, f"{who} did not finish the oracle's episode: {why}"
+        finally:
+            twin.close()
+    return f"forked after {len(head)} of {len(actions)} oracle actions: the fork and the original both solved"
+
+
+def _play(env: AgentEnv[Any], actions: list[str]) -> tuple[float, bool, dict[str, Any]]:
+    total, terminated, info = 0.0, False, dict[str, Any]()
+    for action in actions:
+        _, reward, terminated, truncated, info = env.step(action)
+        total += reward
+        if terminated or truncated:
+            break
+    return total, terminated, info
+
+
 def check_vector(env_id: str, backend: str, kwargs: Kwargs = None) -> str:
     fns = [lambda: gymnasium.make(env_id, backend=backend, **dict(kwargs or {})) for _ in range(2)]
     venv = gymnasium.vector.AsyncVectorEnv(fns, shared_memory=False)  # text cannot use shared memory
@@ -236,6 +267,7 @@ def run_conformance(
         ("oracle", lambda: check_oracle(env_id, backend, seeds, progress, kw)),
         ("malformed_actions", lambda: check_malformed(env_id, backend, kw)),
         ("no_leaks", lambda: check_leaks(env_id, backend, leak_episodes, progress, kw)),
+        ("fork", lambda: check_fork(env_id, backend, kw)),
     ]
     if vector:
         checks.append(("async_vector_env", lambda: check_vector(env_id, backend, kw)))

@@ -32,6 +32,14 @@ or its arguments name: the farm warms that pool), ``"per_task"`` (the image depe
 CodeRepair's instance images: pools are made on demand, nothing kept warm) or ``"none"`` (no sandbox, e.g.
 a proxy to a remote env: the farm starts no backend).
 
+Fork: ``twin = await env.afork()`` (``env.fork()`` sync) mid-episode gives an env at the same state: its
+sandbox forked (``Sandbox.fork``: copy-on-write files, a fresh agent, no processes copied) and its Python
+state copied (task, step count, transcript, RNG, whatever the family keeps of the episode), so both can be
+played on independently, e.g. to try several actions from one state. The twin owns its sandbox (released
+when its episode ends) and shares the env's pool registry and what the family lists in ``fork_shared``
+(clients, caches, immutable task sets). Families opt in with ``forkable = True``; ``envs check`` plays the
+oracle on a fork and on its original.
+
 A family subclasses AgentEnv and provides ``generate`` (seed → task), ``setup`` (prepare the sandbox),
 tools (async methods decorated with :func:`tool`, arguments as a pydantic model) and ``oracle``.
 """
@@ -53,7 +61,7 @@ import gymnasium
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from envfarm.errors import InfraError
+from envfarm.errors import ForkError, ForkUnsupported, InfraError
 from envfarm.sandbox import DEFAULT_BACKEND, ExecResult, Limits, Sandbox
 from envfarm.sandbox.pool import Pools, SandboxPool
 
@@ -183,6 +191,11 @@ class AgentEnv(gymnasium.Env[str, str], Generic[TaskT], metaclass=ABCMeta):
     """Writers ``envfarm eval`` calls after its report, with every finished episode of the run and the run
     folder; the paths they return are listed in the report (e.g. CodeRepair's SWE-bench predictions)."""
 
+    forkable: ClassVar[bool] = False
+    """Whether ``afork`` works for this family (module docstring, "Fork")."""
+    fork_shared: ClassVar[frozenset[str]] = frozenset()
+    """Attributes a fork shares with its original instead of deep-copying them: what no episode changes."""
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         found = dict(getattr(cls, "tools", {}))
@@ -214,6 +227,7 @@ class AgentEnv(gymnasium.Env[str, str], Generic[TaskT], metaclass=ABCMeta):
         self._pools = pools if pools is not None else self._private_pools()
         self._episode = AsyncExitStack()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_users = [1]  # envs running on _loop: an env and its sync forks share one
         self.task: TaskT | None = None
         self.sandbox: Sandbox | None = None
         self.steps = 0
@@ -311,6 +325,34 @@ class AgentEnv(gymnasium.Env[str, str], Generic[TaskT], metaclass=ABCMeta):
         result = await spec.fn(self, args)
         return result if isinstance(result, Outcome) else Outcome(result)
 
+    async def afork(self) -> typing.Self:
+        """An env at this env's state mid-episode (module docstring, "Fork"); the caller closes it."""
+        if not self.forkable:
+            raise ForkUnsupported(f"{type(self).__name__} cannot fork (forkable = False)")
+        if self.done or self.sandbox is None:
+            raise ForkError(f"{type(self).__name__} has no episode in progress to fork; reset() first")
+        sandbox = await self.sandbox.fork()
+        try:
+            twin = self._fork_copy()
+            twin.sandbox = sandbox
+            twin._episode.push_async_callback(sandbox.close)
+        except BaseException:
+            await sandbox.close()
+            raise
+        return twin
+
+    def _fork_copy(self) -> typing.Self:
+        """A copy of this env without its episode's sandbox: episode state deep-copied, the rest shared."""
+        twin = copy.copy(self)
+        memo: dict[int, Any] = {}
+        for name, value in vars(self).items():
+            if name not in _NEVER_COPIED and name not in self.fork_shared:
+                setattr(twin, name, copy.deepcopy(value, memo))
+        twin._own_pools = False  # the registry stays this env's to close
+        twin._episode = AsyncExitStack()
+        twin._loop, twin._loop_users = None, [1]
+        return twin
+
     async def aclose(self) -> None:
         """Release the sandbox and, if this env made its pool registry, the registry."""
         await self._end_episode()
@@ -357,11 +399,21 @@ class AgentEnv(gymnasium.Env[str, str], Generic[TaskT], metaclass=ABCMeta):
         an infrastructure error: truncated, reward 0 that the farm never scores, ``info["infra_error"]``."""
         return f"[infrastructure error: {why}]", 0.0, False, True, {**self._info(), "infra_error": why}
 
+    def fork(self) -> typing.Self:
+        """Sync ``afork``: the fork runs on this env's event loop (its sandbox lives there); the loop is
+        closed when the last of them closes."""
+        twin: typing.Self = self._run(self.afork())
+        twin._loop, twin._loop_users = self._loop, self._loop_users
+        self._loop_users[0] += 1
+        return twin
+
     def close(self) -> None:
         if self._loop is not None and not self._loop.is_closed():
             self._loop.run_until_complete(self.aclose())
-            self._loop.close()
-        self._loop = None
+            self._loop_users[0] -= 1
+            if self._loop_users[0] <= 0:
+                self._loop.close()
+        self._loop, self._loop_users = None, [1]
 
     def render(self) -> str | None:
         if self.render_mode == "ansi":
@@ -389,6 +441,11 @@ class AgentEnv(gymnasium.Env[str, str], Generic[TaskT], metaclass=ABCMeta):
         if self.task is not None:
             info["task_id"] = self.task_id(self.task)
         return info
+
+
+_NEVER_COPIED = frozenset({"_pools", "_loop", "_loop_users", "_episode", "sandbox", "observation_space",
+                           "action_space", "_own_pools"})
+"""What ``AgentEnv._fork_copy`` never deep-copies: the pools, the event loop, the episode's sandbox."""
 
 
 def _args_model(fn: ToolFn) -> type[BaseModel]:

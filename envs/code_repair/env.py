@@ -96,6 +96,9 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
     sandboxes = "per_task"  # one image per instance: pools made on demand, none kept warm
     meta_type = CodeRepairMeta
     eval_artifacts = (write_predictions,)  # RUN/predictions.jsonl for `envfarm harness run` and SWE-bench
+    forkable = True
+    fork_shared = frozenset({"plans", "harness", "repo_source", "_backend", "_builder", "_baselines", "task"})
+    """A fork shares the task set, the image builder, the baselines cache and the (frozen) task itself."""
 
     def __init__(
         self,

@@ -92,6 +92,7 @@ def _short(diff: Mapping[str, list[str]]) -> str:
 class FileOpsEnv(AgentEnv[FileTask]):
     """Reach a target file tree with ``bash``; ``submit`` compares the workspace state with the target."""
 
+    forkable = True  # the episode is the sandbox plus plain Python state: AgentEnv.afork copies both
     default_max_steps = 30
     meta_type = FileOpsMeta
 

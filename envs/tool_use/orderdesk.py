@@ -103,6 +103,7 @@ class RespondArgs(_Args):
 class OrderDeskEnv(AgentEnv[DeskTask]):
     """Customer-service requests under a written policy; tools look up and change a sandboxed database."""
 
+    forkable = True  # the episode is the sandbox plus plain Python state: AgentEnv.afork copies both
     default_max_steps = 30
     meta_type = OrderDeskMeta
 

@@ -71,6 +71,7 @@ class AnswerArgs(BaseModel):
 class SqlQueryEnv(AgentEnv[SqlTask]):
     """Questions over a generated SQLite database; tools list_tables, describe, query and submit."""
 
+    forkable = True  # the episode is the sandbox plus plain Python state: AgentEnv.afork copies both
     default_max_steps = 20
     meta_type = AnswerMeta
 

@@ -60,6 +60,7 @@ def parse_number(text: str) -> Fraction | None:
 class ToolCalcEnv(AgentEnv[CalcTask]):
     """Arithmetic word problems; tools ``calc`` and ``submit``."""
 
+    forkable = True  # the episode is the sandbox plus plain Python state: AgentEnv.afork copies both
     default_max_steps = 4
     meta_type = AnswerMeta
     """``calc`` then ``submit`` solve every task in 2 steps; 4 leaves room for two retries after an error.
