@@ -72,7 +72,10 @@ def plant(module: str, text: str, style: Style, rng: Random, count: tuple[int, i
         # copies of tests the repository has are recognisable (their twin is there): a few only
         top = min(len(pool), 8 if best <= 1 else 2)
         n_sources = top if top <= 4 else rng.randint(min((len(pool) + 1) // 2, top), top)
-        chosen = [(s, _best_site(s, lines, tree, rng)) for s in rng.sample(pool, n_sources)]
+        sites = {id(s): _best_site(s, lines, tree, rng) for s in pool}
+        # sources whose best site takes a value that looks like the old one go first
+        ranked = sorted(rng.sample(pool, len(pool)), key=lambda s: sites[id(s)][0])
+        chosen = [(s, sites[id(s)][1]) for s in ranked[:n_sources]]
         fails = [(s, site) for s, site in chosen
                  for _ in range(_copies(site, lines, rng) if best <= 1 else 1)]
         n_pass = rng.choice((0, 0, 1, 1, 2))
@@ -102,16 +105,17 @@ def _copies(site: tuple[Edit, ...], lines: list[str], rng: Random) -> int:
     return rng.choice((1, 2, 2, 3)) if _is_literal(site, lines) else 1
 
 
-def _best_site(s: Source, lines: list[str], tree: ast.Module, rng: Random) -> tuple[Edit, ...]:
-    """One of the source's sites, among those whose best new value looks most like the old one."""
+def _best_site(s: Source, lines: list[str], tree: ast.Module, rng: Random) -> tuple[int, tuple[Edit, ...]]:
+    """(how much its best new value differs from the old one to a reader, site) for one of the source's
+    sites among those whose best new value looks most like the old one."""
     if not _is_literal(s.sites[0], lines):
-        return rng.choice(s.sites)
+        return 50, rng.choice(s.sites)
     quality = []
     for site in s.sites:
         found = _candidates(site[0], lines, s, tree, rng)
         quality.append((found[0][0] if found else 99, site))
     top = min(q for q, _ in quality)
-    return rng.choice([site for q, site in quality if q == top])
+    return top, rng.choice([site for q, site in quality if q == top])
 
 
 def _is_literal(site: tuple[Edit, ...], lines: list[str]) -> bool:
@@ -506,7 +510,7 @@ def _tokens(name: str) -> tuple[str, list[str], bool]:
 
 def _join(prefix: str, words: list[str], snake: bool) -> str:
     if snake:
-        return prefix + "_".join(w.lower() for w in words)
+        return prefix + "_".join(words)  # words keep their case (test_setup_setUpClass)
     return prefix + "".join(w[:1].upper() + w[1:] for w in words)
 
 

@@ -55,7 +55,7 @@ def test_audit_command_on_a_bundled_row(tmp_path: Path) -> None:
 
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
-SWEBENCH_ROWS = {"pallets__flask-5063": "swe-bench-lite", "sympy__sympy-20049": "swe-bench-lite"}
+SWEBENCH_ROWS = {"pytest-dev__pytest-7490": "swe-bench-lite", "sympy__sympy-20049": "swe-bench-lite"}
 """One row per runner (pytest, sympy's bin/test) whose test_patch adds the FAIL_TO_PASS tests the canaries
 are copied from."""
 
