@@ -50,7 +50,7 @@ from envfarm.errors import BackendUnavailable, ConfigError, ImageError, SandboxS
 from .agent_io import ProcessPipe, agent_argv, spawn_agent
 from .base import Backend, Handle, Limits, Sandbox, SandboxSpec
 from .cgroups import DEFAULT_PARENT, DEFAULT_ROOT, Cgroup, CgroupTree, cgroup_name
-from .fork import CowFiles, path_specs
+from .fork import CowFiles, path_specs, store
 from .fork import gc as gc_layers
 from .overlay import PathSpec
 from .seccomp import ensure_filter, seccomp_fd
@@ -253,6 +253,7 @@ class BwrapBackend(Backend):
         """Remove cgroups left by envfarm processes that died (their sandboxes died with them)."""
         try:
             n = self._tree.gc(all_runs=False)
+            store().gc(all_runs=False)  # and their writable paths
         except OSError as e:
             log.debug("bwrap: orphan reaper skipped: %s", e)
             return
@@ -417,6 +418,7 @@ def _cleanup_at_exit(tree: CgroupTree) -> None:
     def cleanup() -> None:
         try:
             n = tree.remove_owned_by(os.getpid())
+            store().gc(owner=os.getpid())  # the sandboxes are dead: their overlays and layers can go
         except OSError as e:
             log.debug("bwrap: exit cleanup skipped: %s", e)
             return

@@ -44,7 +44,7 @@ from envfarm.errors import BackendUnavailable, ImageNotFound, SandboxStartError,
 from .agent_io import LINE_LIMIT, AgentPipe, agent_argv
 from .base import Backend, Handle, Sandbox, SandboxSpec
 from .dockerutil import client
-from .fork import CowFiles, path_specs
+from .fork import CowFiles, path_specs, store
 from .fork import gc as gc_layers
 from .overlay import PathSpec
 
@@ -335,9 +335,14 @@ def _remove_own_containers() -> None:
             all=True, filters={"label": [f"{config.LABEL}=1", f"envfarm.owner_pid={os.getpid()}"]}
         )
     except (BackendUnavailable, DockerException):
-        return
+        mine = []
     for c in mine:
         DockerBackend._remove(c["Id"])
+    if os.geteuid() == 0:  # then their overlays and layers (only root mounts them)
+        try:
+            store().gc(owner=os.getpid())
+        except OSError as e:
+            log.debug("layer store cleanup at exit skipped: %s", e)
 
 
 atexit.register(_remove_own_containers)

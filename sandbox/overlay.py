@@ -313,14 +313,15 @@ class LayerStore:
 
     # --------------------------------------------------------------------------------------------- gc
 
-    def gc(self, all_runs: bool = False) -> int:
-        """Remove the overlays and layers of dead owners (of every owner with ``all_runs``); returns how many
-        sandboxes' folders went. Layers of live owners are theirs to drop."""
+    def gc(self, all_runs: bool = False, owner: int | None = None) -> int:
+        """Remove the overlays and layers of dead owners (of every owner with ``all_runs``, of ``owner``
+        alone when given: a process at exit); returns how many sandboxes' folders went. Layers of live
+        owners are theirs to drop."""
         removed = 0
         for folder, remove in ((self.boxes, _remove_box), (self.layers, _remove_layer)):
             for entry in sorted(folder.iterdir()) if folder.is_dir() else ():
-                owner = owner_pid(entry.name, layer=folder == self.layers)
-                if owner is None or (not all_runs and _alive(owner)):
+                pid = owner_pid(entry.name, layer=folder == self.layers)
+                if pid is None or (pid != owner if owner is not None else not all_runs and _alive(pid)):
                     continue
                 remove(entry)
                 removed += folder == self.boxes

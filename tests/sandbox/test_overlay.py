@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -103,3 +106,35 @@ async def test_closing_a_booting_child_frees_its_layers(isolated_backend: Backen
             assert (await grandchild.read_file("a.txt")) == b"a\n"
     names = {p.name for p in store().boxes.iterdir()}
     assert not names & {child.id, second.id, grandchild.id}
+
+
+async def test_gc_removes_the_layers_of_a_killed_owner() -> None:
+    from envfarm.sandbox import get_backend
+    from envfarm.sandbox.fork import store
+
+    script = textwrap.dedent("""
+        import asyncio, os, signal
+        from envfarm.sandbox import get_backend
+        async def main():
+            sb = await get_backend("bwrap").start()
+            await sb.write_file("a.txt", "a")
+            child = await sb.fork()
+            await child.exec("true")
+            print(sb.id, child.id, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)   # no cleanup, no atexit
+        asyncio.run(main())
+    """)
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", script, stdout=asyncio.subprocess.PIPE)
+    out, _ = await proc.communicate()
+    assert proc.returncode == -9
+    ids = set(out.decode().split())
+    pid = owner_pid(next(iter(ids)), layer=False)
+    assert len(ids) == 2 and ids <= {p.name for p in store().boxes.iterdir()}
+    assert any(owner_pid(p.name, layer=True) == pid for p in store().layers.iterdir())
+    backend = get_backend("bwrap")  # a new backend reaps dead owners' leftovers; gc does it again
+    try:
+        await backend.gc()
+    finally:
+        await backend.aclose()
+    assert not ids & {p.name for p in store().boxes.iterdir()}
+    assert not any(owner_pid(p.name, layer=True) == pid for p in store().layers.iterdir())
