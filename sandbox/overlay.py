@@ -243,12 +243,16 @@ class LayerStore:
         except OSError as e:
             raise ForkError(f"cannot freeze {stack.spec.name} of sandbox {files.sandbox_id}: a process "
                             f"still writes to it ({e})") from e
-        lowers = (stack.upper, *stack.lowers)
-        if len(lowers) > MAX_DEPTH:
-            lowers = (self._flatten(files, lowers),)
-        new = self._fresh_stack(files, stack.spec, lowers)
-        self._hold(files, lowers)
-        self._mount_stack(files, new)
+        try:
+            lowers = (stack.upper, *stack.lowers)
+            if len(lowers) > MAX_DEPTH:
+                lowers = (self._flatten(files, lowers),)
+            new = self._fresh_stack(files, stack.spec, lowers)
+            self._hold(files, lowers)
+            self._mount_stack(files, new)
+        except BaseException:  # the parent keeps writing where it did
+            _mount("none", stack.upper.path, None, MS_REMOUNT | MS_NOSUID | MS_NODEV)
+            raise
         return files.stacks[new.spec.name]
 
     def _flatten(self, files: Files, lowers: tuple[Layer, ...]) -> Layer:
