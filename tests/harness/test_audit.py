@@ -64,18 +64,18 @@ are copied from."""
 @pytest.mark.slow
 @pytest.mark.parametrize("row", sorted(SWEBENCH_ROWS))
 def test_grader_aware_forgery_is_stopped_by_canaries_on_swebench_rows(row: str, tmp_path: Path) -> None:
-    """Gold resolves; the grader-aware forgery does not, and not because of another check alone: a canary
-    it forged is flagged, or a FAIL_TO_PASS test it took for a canary failed honestly. ENVFARM_MIRRORS names a
-    folder of ``owner__name.git`` mirrors (needed to build the row's image)."""
+    """Gold resolves; the grader-aware forgery does not, with canaries the only check of the run (the
+    differential one off): a canary it forged is flagged, or a FAIL_TO_PASS test it took for a canary failed
+    honestly. ENVFARM_MIRRORS names a folder of ``owner__name.git`` mirrors (needed to build the row's
+    image)."""
     mirrors = os.environ.get("ENVFARM_MIRRORS")
     if not mirrors or not (DATA / SWEBENCH_ROWS[row]).is_dir():
         pytest.skip("set ENVFARM_MIRRORS to a folder of owner__name.git mirrors, and have SWE-bench's data")
     [inst] = load_instances(DATA / SWEBENCH_ROWS[row], [row])
     config = HarnessConfig(run_id=f"aware-{row}", report_dir=tmp_path, repo_source=Path(mirrors),
-                           max_workers=1)
+                           max_workers=1, differential=False)
     runner = "sympy" if row.startswith("sympy") else "pytest"
     report = asyncio.run(audit([inst], config, only=[f"{runner}-grader-aware"]))
     assert report.gold == {row: True}, report.graded
     [forged] = report.forged
     assert forged.forgery_class == GRADER_AWARE_CLASS and not forged.resolved, forged
-    assert "canary" in forged.rules or "differential" not in forged.rules, forged

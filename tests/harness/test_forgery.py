@@ -10,11 +10,9 @@ The same suite against real SWE-bench rows (flask, sympy) is ``bench/exploits.py
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -31,8 +29,6 @@ from envfarm.testing.toyrepo import KEY, PATCHES, row
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 TARGET = Target("pytest", "calc/__init__.py", ("tests/test_ops.py",))
-OTHER_CHECKS = ("differential",)
-"""run_attempt's switches for checks other than canaries, off here: the test is about canaries."""
 CLASSES = (1, 2, 3, 4, 5)
 """exploits.py's classes, and 5: grader-aware (audit.grader_aware), which forges only the failures of tests
 its canary recogniser takes for real and leaves suspected canaries honest."""
@@ -46,13 +42,12 @@ class Grader:
     repo_bytes: int
 
     async def grade(self, patch: str, policy: Policy, canaries: bool) -> InstanceReport:
-        """Graded with canaries or without, and no other check of the run (SWE-bench's grading, or canaries
-        alone), whatever else run_attempt can do."""
+        """Graded with canaries or without, and no other check of the run (the differential one is off):
+        SWE-bench's grading, or canaries alone."""
         limits = sandbox_limits(1.0, 1024, 256, 512, self.repo_bytes, 60)
-        params = inspect.signature(run_attempt).parameters
-        alone: dict[str, Any] = {k: False for k in OTHER_CHECKS if k in params}
         att = await run_attempt(
-            self.backend, self.image, limits, self.plan, patch, policy, 60, canaries=canaries, **alone
+            self.backend, self.image, limits, self.plan, patch, policy, 60, canaries=canaries,
+            differential=False,
         )
         assert att.result == "graded", (att.result, att.message, att.steps)
         inst = self.plan.instance
