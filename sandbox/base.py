@@ -132,13 +132,14 @@ class Sandbox(Transfers):
         return self.spec.labels.get(PARENT_LABEL)
 
     async def fork(self) -> Sandbox:
-        """A new live sandbox whose writable paths are a copy of this one's now; the caller closes it.
+        """A new live sandbox whose writable paths hold what this one's hold now; the caller closes it.
 
-        Same image and limits. The copy is taken between two commands (a command in flight finishes
-        first). Processes are not copied: the child's agent starts fresh, background processes of this
-        sandbox do not exist in the child. Both sides are independent afterwards: writes, deletions and
-        permission changes in one are never seen by the other, and closing this sandbox leaves its
-        children running. Raises ForkUnsupported on a backend that cannot fork, ForkError otherwise."""
+        Copy-on-write (``sandbox/fork.py``): nothing is copied, and each side's later writes, deletions and
+        permission changes stay its own. Same image and limits. The snapshot is taken between two commands
+        (a command in flight finishes first). Processes are not copied: the child's agent starts fresh,
+        in the background, and its first call waits for it (``SandboxStartError`` there if it cannot).
+        Closing this sandbox leaves its children running. Raises ForkUnsupported on a backend that cannot
+        fork, ForkError otherwise."""
         return await self.backend._fork_sandbox(self)
 
     @property
@@ -356,8 +357,12 @@ class Backend(ABC):
         return child
 
     async def _boot(self, spec: SandboxSpec) -> Handle:
-        async with asyncio.timeout(TIMEOUTS.start_s):
-            return await self._open(spec)
+        try:
+            async with asyncio.timeout(TIMEOUTS.start_s):
+                return await self._open(spec)
+        except TimeoutError as e:
+            raise SandboxStartError(f"{self.name} sandbox {spec.sandbox_id} did not start in "
+                                    f"{TIMEOUTS.start_s:.0f}s") from e
 
     async def check(self) -> None:
         """Raise BackendUnavailable (with the fix) when this backend cannot run here."""

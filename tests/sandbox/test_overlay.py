@@ -138,3 +138,22 @@ async def test_gc_removes_the_layers_of_a_killed_owner() -> None:
         await backend.aclose()
     assert not ids & {p.name for p in store().boxes.iterdir()}
     assert not any(owner_pid(p.name, layer=True) == pid for p in store().layers.iterdir())
+
+
+async def test_a_child_that_cannot_start_says_so_on_first_use(isolated_backend: Backend,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from envfarm.errors import SandboxStartError
+    from envfarm.sandbox.fork import store
+
+    async def broken(spec: object) -> None:
+        raise SandboxStartError("no room")
+
+    async with isolated_backend.open() as parent:
+        monkeypatch.setattr(isolated_backend, "_open", broken)
+        child = await parent.fork()
+        with pytest.raises(SandboxStartError, match="no room"):
+            await child.exec("true")
+        await child.close()
+        assert child.id not in {p.name for p in store().boxes.iterdir()}
+        monkeypatch.undo()
+        assert (await parent.exec("echo fine")).stdout == "fine\n"
