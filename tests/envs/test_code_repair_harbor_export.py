@@ -64,7 +64,7 @@ def test_every_builtin_task_loads_in_harbor(exported: list[Exported]) -> None:
     for e in exported:
         row = loaded[str(e.folder)]
         assert row["image"] == e.image and row["network"] == "no-network" and row["instruction"] > 100
-        assert e.canaries == 4
+        assert e.canaries >= 1  # the harness's canary count, drawn per task
         for path in ("tests/test.sh", "solution/solve.sh", "environment/Dockerfile"):
             assert (e.folder / path).is_file()
 
@@ -130,3 +130,17 @@ def test_the_cli_exports_the_named_builtin_tasks(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(ids)
     bad = CliRunner().invoke(app, ["tasks", "export", "--format", "zip", "--out", str(tmp_path)])
     assert bad.exit_code != 0 and "harbor" in bad.output
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("backend", ["bwrap", "docker"])
+def test_an_exported_task_runs_again_as_a_harbor_env(exported: list[Exported], backend: str) -> None:
+    """The round trip: the exported folder through ``envfarm/Harbor-v0`` on its ``docker_image`` (the
+    repository at /testbed moved to the seed the sandbox's workspace starts from): the oracle scores 1,
+    an agent that submits at once 0."""
+    from envfarm.envs.harbor.validate import run_episode
+
+    folder = exported[-1].folder
+    oracle, _ = asyncio.run(run_episode(folder, backend, "oracle"))
+    noop, info = asyncio.run(run_episode(folder, backend, "noop"))
+    assert (oracle, noop) == (1.0, 0.0), info
