@@ -272,10 +272,23 @@ def judge(runs: _Runs, has_oracle: bool, internet: bool = False) -> tuple[str | 
         return "timeout", why
     if "reward" in why and ("missing" in why or "empty" in why or "no " in why):
         return "verifier-failed", why
-    if NETWORK.search(output):
+    failures = _failures(output)
+    if NETWORK.search(output) and not failures:
         asked = " (the task asked for internet)" if internet else ""
         return "needs-network", f"the oracle's run reached for the network{asked}: {_last_lines(output)}"
-    return "oracle-failed", f"oracle reward {runs.oracle[0]:g}; {why} {_last_lines(output)}".strip()
+    evidence = failures or _last_lines(output)
+    return "oracle-failed", f"oracle reward {runs.oracle[0]:g}; {why} {evidence}".strip()
+
+
+_TEST_FAILED = re.compile(r"^(FAILED \S+|=+ .*\b\d+ failed\b.* =+|--- FAIL: \S+)", re.MULTILINE)
+"""A test runner's own report of failing tests (pytest's summary and FAILED lines, go test's)."""
+
+
+def _failures(output: str, limit: int = 400) -> str:
+    """The verifier's tests that failed, from the runner's summary ("" when it reported none): evidence
+    that the verifier ran, so a network error elsewhere in its output is not why the oracle failed."""
+    found = [m.group(1) for m in _TEST_FAILED.finditer(output)]
+    return " | ".join(found[-4:])[-limit:]
 
 
 TEMP_NAMES = ((re.compile(r"/tmp/envfarm-verify-[0-9a-f]+"), "VERIFY"),

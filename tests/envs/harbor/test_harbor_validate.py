@@ -38,6 +38,8 @@ def runs(oracle: list[float], noop: float | None = 0.0, info: dict[str, str] | N
     (runs([0.0], info={"verifier_output": "curl: (6) Could not resolve host: example.org"}), True,
      "needs-network"),
     (runs([0.0], info={"verifier_output": "FAILED test_outputs.py::test_area"}), True, "oracle-failed"),
+    (runs([0.0], info={"verifier_output": "FAILED test_outputs.py::test_area\n=== 1 failed in 0.1s ===\n"
+                                          "curl: (6) Could not resolve host: x.sh"}), True, "oracle-failed"),
 ])
 def test_judge_names_one_reason_from_the_list(given: _Runs, has_oracle: bool, reason: str | None) -> None:
     got, detail = judge(given, has_oracle=has_oracle)
