@@ -17,10 +17,10 @@ import math
 import re
 import string
 from collections.abc import Sequence
-from dataclasses import dataclass
 from random import Random
 
-from .canary_types import Canary, Known, Planting, Style
+from .canary_place import apply_inserts, name_for, spot, vocabulary
+from .canary_types import Canary, Edit, Known, Planting, Source, Style
 
 SKIPS = frozenset({"skip", "skipTest", "importorskip", "xfail", "fail"})
 """Calls that end a test before an assertion: none may run before the edited one."""
@@ -34,24 +34,6 @@ FLIPS = {
 }
 DATE_TYPES = frozenset({"date", "datetime", "time", "timedelta"})
 LITERAL_TYPES = (int, float, str, bytes)
-Edit = tuple[int, int, int, int, str]
-"""(line, col, end line, end col, new text): a span of the module (1-based lines, UTF-8 byte columns)."""
-
-
-@dataclass(frozen=True)
-class Source:
-    """A test that may be cloned."""
-
-    node: ast.FunctionDef
-    cls: ast.ClassDef | None
-    tier: int
-    """0 best: added by test_patch and FAIL_TO_PASS; 1 added; 2 FAIL_TO_PASS; 3 other passing tests."""
-    sites: tuple[tuple[Edit, ...], ...]
-    """Ways to make it fail (each a set of edits), best kind first."""
-    copyable: bool
-    """An unchanged copy passes like the original (it does not look at its own name)."""
-
-
 def plant(module: str, text: str, style: Style, rng: Random, count: tuple[int, int] | None,
           known: Known | None, taken: set[str]) -> Planting | None:
     """Cloned canaries in ``text``; None when the module has no test to derive a must-fail canary from."""
@@ -88,15 +70,15 @@ def plant(module: str, text: str, style: Style, rng: Random, count: tuple[int, i
     if count is not None and not spare:
         spare = [s for s in sources if s.copyable]
     copies = _pick(spare, n_pass, rng) if spare else []
-    vocab = _vocabulary(tree)
+    vocab = vocabulary(tree)
     values: dict[int, list[str]] = {}
     inserts, canaries = [], []
     for s, site, must_pass in [*((s, site, False) for s, site in fails), *((s, (), True) for s in copies)]:
-        name = _name(s.node.name, vocab, s.node, rng, taken)
+        name = name_for(s.node.name, vocab, s.node, rng, taken)
         edits = [_choose_value(e, lines, s, tree, rng, values.setdefault(id(site), [])) for e in site]
-        inserts.append((_render(s, edits, name, lines), _spot(s, sources, tree, known, module, style, rng)))
+        inserts.append((_render(s, edits, name, lines), spot(s, sources, tree, known, module, style, rng)))
         canaries.append(Canary(name, must_pass, module))
-    return Planting(tuple(canaries), _apply_inserts(lines, inserts), derived=True, hidden=best <= 1)
+    return Planting(tuple(canaries), apply_inserts(lines, inserts), derived=True, hidden=best <= 1)
 
 
 def _copies(site: tuple[Edit, ...], lines: list[str], rng: Random) -> int:
@@ -494,111 +476,3 @@ def _spell(value: object, like: str) -> str:
         text = value.decode("latin-1")
         return f"b{q}{text}{q}" if _plain(value) and q not in text else repr(value)
     return repr(value)
-
-
-# ------------------------------------------------------------------------------------------ naming
-
-
-def _tokens(name: str) -> tuple[str, list[str], bool]:
-    """(prefix, words, snake) of a test name: ``test_foo_bar`` or ``testFooBar``."""
-    m = re.match(r"(test_*)(.*)$", name, re.I)
-    prefix, rest = (m.group(1), m.group(2)) if m else ("test_", name)
-    if "_" in rest or rest.islower() or not rest:
-        return prefix, [t for t in rest.split("_") if t], True
-    return prefix, re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+", rest), False
-
-
-def _join(prefix: str, words: list[str], snake: bool) -> str:
-    if snake:
-        return prefix + "_".join(words)  # words keep their case (test_setup_setUpClass)
-    return prefix + "".join(w[:1].upper() + w[1:] for w in words)
-
-
-def _vocabulary(tree: ast.Module) -> list[str]:
-    words = []
-    for n in ast.walk(tree):
-        if isinstance(n, ast.FunctionDef) and n.name.startswith("test"):
-            words += [w.lower() for w in _tokens(n.name)[1]]
-    return [w for w in dict.fromkeys(words) if w.isalpha() and 2 <= len(w) <= 14]
-
-
-def _body_words(node: ast.FunctionDef) -> list[str]:
-    """Words of the identifiers the test's body uses (names, attributes, arguments, keywords)."""
-    words = []
-    for n in ast.walk(node):
-        for field, value in ast.iter_fields(n):
-            own = n is node and field == "name"
-            if isinstance(value, str) and not isinstance(n, ast.Constant) and not own:
-                words += re.findall(r"[a-z]+", value.lower())
-    return [w for w in dict.fromkeys(words) if 2 <= len(w) <= 14]
-
-
-def _name(source: str, vocab: list[str], node: ast.FunctionDef, rng: Random, taken: set[str]) -> str:
-    """A fresh name in ``source``'s style: its words with one dropped, added or replaced by a word of the
-    module's test names or of the test's body. A word added comes from the body as often as the source's own
-    words do, and a word dropped is one of the body's as often (the share of a name's words found in its
-    body would otherwise tell the copy from the original)."""
-    prefix, words, snake = _tokens(source)
-    body = set(_body_words(node))
-    share = sum(w.lower() in body for w in words) / len(words) if words else 0.5
-    inside = [w for w in body if w not in words]
-    outside = [w for w in vocab if w not in words and w not in body]
-    inside, outside = inside or outside or ["check"], outside or inside or ["check"]
-
-    def word() -> str:
-        fresh = [w for w in (inside if rng.random() < share else outside) if w not in new and len(w) > 2]
-        return rng.choice(fresh or inside)
-
-    for attempt in range(200):
-        new = list(words)
-        for _ in range(1 + (rng.random() < 0.3) + attempt // 50):
-            op = rng.choice(("add", "drop", "replace") if len(new) > 1 else ("add", "replace"))
-            if op == "add":
-                new.insert(rng.randrange(len(new) + 1), word())
-                continue
-            if not new:
-                new.append(word())
-                continue
-            want = rng.random() < share
-            spots = [i for i, w in enumerate(new) if (w.lower() in body) == want] or list(range(len(new)))
-            i = rng.choice(spots)
-            if op == "drop":
-                new.pop(i)
-            else:
-                new[i] = word()
-        name = _join(prefix, new, snake)
-        if name.isidentifier() and name not in taken and new:
-            taken.add(name)
-            return name
-    raise RuntimeError(f"no fresh name for a copy of {source}")
-
-
-# ------------------------------------------------------------------------------------------ placing
-
-
-def _spot(s: Source, sources: Sequence[Source], tree: ast.Module, known: Known | None, module: str,
-          style: Style, rng: Random) -> tuple[int, bool]:
-    """(line index to insert at, top level): before or after the source or another test test_patch adds
-    in the same scope; for sympy never after the module's last test (its runner prints a file's result on
-    that test's line, where swebench's parser no longer sees it)."""
-    scope = [x for x in sources if x.cls is s.cls]
-    added = [x for x in scope if known is None or (module, x.node.name) in known.added]
-    anchor = rng.choice([s, *added]).node
-    body = s.cls.body if s.cls else tree.body
-    tests = [n for n in body
-             if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name.startswith(("test", "Test"))]
-    after = rng.random() < 0.5 and not (style == "sympy" and s.cls is None and tests and tests[-1] is anchor)
-    first = min([anchor.lineno, *(d.lineno for d in anchor.decorator_list)])
-    return ((anchor.end_lineno or anchor.lineno) if after else first - 1, s.cls is None)
-
-
-def _apply_inserts(lines: list[str], inserts: Sequence[tuple[str, tuple[int, bool]]]) -> str:
-    out = list(lines)
-    if out and not out[-1].endswith("\n"):
-        out[-1] += "\n"
-    for text, (at, top) in sorted(inserts, key=lambda x: x[1][0], reverse=True):
-        gap = "\n\n" if top else "\n"
-        before = at > 0 and out[at - 1].strip() != ""
-        block = (gap if before else "") + text + (gap if at < len(out) and out[at].strip() else "")
-        out.insert(at, block)
-    return "".join(out)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -98,3 +99,21 @@ def added_tests(test_patch: str) -> frozenset[tuple[str, str]]:
         elif m := _DEF.match(line):
             (plus if m.group(1) == "+" else minus).add((path, m.group(2)))
     return frozenset(plus - minus)
+
+
+Edit = tuple[int, int, int, int, str]
+"""(line, col, end line, end col, new text): a span of the module (1-based lines, UTF-8 byte columns)."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """A test that may be cloned."""
+
+    node: ast.FunctionDef
+    cls: ast.ClassDef | None
+    tier: int
+    """0 best: added by test_patch and FAIL_TO_PASS; 1 added; 2 FAIL_TO_PASS; 3 other passing tests."""
+    sites: tuple[tuple[Edit, ...], ...]
+    """Ways to make it fail (each a set of edits), best kind first."""
+    copyable: bool
+    """An unchanged copy passes like the original (it does not look at its own name)."""
