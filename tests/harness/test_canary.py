@@ -337,7 +337,7 @@ def test_tests_off_the_lists_are_never_copied() -> None:
         planting = canary.plant("tests/test_shop.py", HEAD + ADDED, "function", Random(seed), known=known)
         fns = _functions(planting.text)
         for c in planting.canaries:
-            assert "due" not in ast.unparse(fns[c.name]), "test_due_date_is_a_week_later is not listed"
+            assert ".due(" not in ast.unparse(fns[c.name]), "test_due_date_is_a_week_later is not listed"
 
 
 def test_module_choice_prefers_modules_test_patch_adds_failing_tests_to() -> None:
