@@ -4,7 +4,7 @@
     refuse a patch that writes outside the repo or into .git
     apply the model patch: git apply --verbose | git apply --verbose --reject | patch --batch --fuzz=5 -p1
     tamper rules on every path it changed (tamper.py): revert, flag, or (off) nothing
-    reset the test files test_patch names to the base commit, apply test_patch (git apply --verbose), remove it
+    reset the test files test_patch names to the base commit, apply test_patch (git apply), then delete it
     plant canary tests in a test module the command runs (canary.py): random names, must pass / must fail
     twin FAIL_TO_PASS tests: an honest copy and a perturbed decoy each (differential.py)
     run the test command with a timeout; its stdout+stderr are the test log (honest twins renamed back)
@@ -61,10 +61,13 @@ while IFS= read -r -d '' p; do
   fi
 done < "$1"
 """
-OOM_COUNT = (
+COUNTERS = (
     "cat /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events 2>/dev/null "
-    "| awk '$1 == \"oom_kill\" {print $2}'"
+    "| awk '$1 == \"oom_kill\" {print \"oom\", $2}'; "
+    "awk '$1 == \"usage_usec\" {print \"cpu_us\", $2}' /sys/fs/cgroup/cpu.stat 2>/dev/null; "
+    "awk '{print \"cpu_ns\", $1}' /sys/fs/cgroup/cpuacct/cpuacct.usage 2>/dev/null"
 )
+"""The sandbox cgroup's OOM kills and CPU time (cgroup v2 in microseconds, v1 in nanoseconds)."""
 
 Result = Literal["graded", "patch_failed", "refused", "test_patch_failed", "timeout", "oom"]
 
@@ -161,7 +164,6 @@ class _Options:
 async def _attempt(sb: Sandbox, plan: Plan, patch: str | None, opts: _Options, steps: _Steps) -> Attempt:
     t = time.monotonic()
     await _sh(sb, f"mkdir -p {TMP} && cp -a {PRISTINE} {WORKDIR}", "copy the repository", cwd="/workspace")
-    oom_before = await _oom_count(sb)
     findings: list[Finding] = []
     applied: str | None = "baseline (no model patch)"
     steps.timings["setup_s"] = time.monotonic() - t
@@ -191,7 +193,7 @@ async def _attempt(sb: Sandbox, plan: Plan, patch: str | None, opts: _Options, s
     planted = await _plant(sb, plan, steps) if opts.canaries else None
     twins = await _twin(sb, plan, steps) if opts.differential else None  # after: canaries copy no twin
     script = eval_script(plan)
-    res, raw, oom_killed, cut = await _run_tests(sb, script, opts, oom_before, steps)
+    res, raw, oom_killed, cut = await _run_tests(sb, script, opts, steps)
     test_log, neutralised = compose_log(differential.rename_back(raw, twins or ()), res, opts.timeout_s)
     result: Result = "timeout" if res.timed_out else "oom" if oom_killed else "graded"
     return Attempt(
@@ -215,18 +217,22 @@ async def _attempt(sb: Sandbox, plan: Plan, patch: str | None, opts: _Options, s
 
 
 async def _run_tests(
-    sb: Sandbox, script: str, opts: _Options, oom_before: int | None, steps: _Steps
+    sb: Sandbox, script: str, opts: _Options, steps: _Steps
 ) -> tuple[ExecResult, str, bool, int]:
     """Run the eval script; returns its result, its output (capped), whether the memory limit killed it
-    and how many bytes of output were cut."""
+    and how many bytes of output were cut. Timings: ``tests_s`` (wall) and, where the cgroup says,
+    ``tests_cpu_s`` (CPU seconds of the sandbox while the tests ran)."""
     await sb.write_file(f"{TMP}/eval.sh", script)
+    oom_before, cpu_before = await _counters(sb)
     t = time.monotonic()
     command = f"bash {TMP}/eval.sh > {TMP}/test_output.raw 2>&1"
     env_sh = f"if [ -f {ENV_SH} ]; then . {ENV_SH}; fi; "  # pulled SWE-bench images: their conda PATH
     res = await sb.exec(["bash", "-c", env_sh + command], timeout_s=opts.timeout_s)
     steps.timings["tests_s"] = time.monotonic() - t
     raw, cut = await _read_capped(sb, f"{TMP}/test_output.raw", opts.output_cap)
-    oom = await _oom_count(sb)
+    oom, cpu = await _counters(sb)
+    if cpu is not None and cpu_before is not None:
+        steps.timings["tests_cpu_s"] = cpu - cpu_before
     if oom is not None and oom_before is not None:
         oom_killed = oom > oom_before
     else:  # no cgroup counter: a SIGKILL that was not our timeout
@@ -322,12 +328,16 @@ async def _status(sb: Sandbox) -> list[tuple[str, str]]:
     return entries
 
 
-async def _oom_count(sb: Sandbox) -> int | None:
-    res = await sb.exec(["bash", "-c", OOM_COUNT], timeout_s=30)
-    try:
-        return int(res.stdout.split()[0])
-    except (IndexError, ValueError):
-        return None
+async def _counters(sb: Sandbox) -> tuple[int | None, float | None]:
+    """(OOM kills, CPU seconds) of the sandbox's cgroup; None where it does not say."""
+    res = await sb.exec(["bash", "-c", COUNTERS], timeout_s=30)
+    found: dict[str, int] = {}
+    for line in res.stdout.splitlines():
+        key, _, value = line.partition(" ")
+        if value.strip().isdigit():
+            found.setdefault(key, int(value))
+    cpu = found["cpu_us"] / 1e6 if "cpu_us" in found else found["cpu_ns"] / 1e9 if "cpu_ns" in found else None
+    return found.get("oom"), cpu
 
 
 async def _apply(sb: Sandbox, steps: _Steps) -> str | None:
