@@ -5,6 +5,9 @@ the episode passing its time limit) throws the attempt away and the episode is p
 with a fresh sandbox, up to ``max_retries`` times; after that it is recorded with ``infra_error``, never as a
 reward of 0. A :class:`PolicyError` records the episode as ``policy_error``; any other exception (a bug in an
 env) as ``error``; both leave the other episodes alone. :class:`PolicyUnavailable` propagates: the farm stops.
+
+An attempt at a grouped task (``groups.py``) starts on a fork of the task's prepared env instead of a reset;
+a failure there (the reset or the fork) is that attempt's infrastructure error, and its retry resets.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +26,7 @@ import numpy as np
 from envfarm.envs.core import AgentEnv
 from envfarm.errors import InfraError, PolicyError, PolicyUnavailable
 
+from .groups import Groups, Started
 from .policies import EpisodeView, Policy, Reply, tool_messages
 from .summary import Live
 from .trajectory import Status, Timings, Trajectory, Turn, oldest_version
@@ -51,6 +56,7 @@ class Episode:
     policy_s: float = 0.0
     env_s: float = 0.0
     queue_s: float = 0.0
+    grade_s: float = 0.0
 
     def restart(self) -> None:
         """Forget the failed attempt's transcript; keep the time it cost."""
@@ -58,7 +64,7 @@ class Episode:
 
     def build(self, status: Status, infra_error: str | None = None, error: str | None = None) -> Trajectory:
         timings = Timings(sandbox_s=self.sandbox_s, policy_s=self.policy_s, env_s=self.env_s,
-                          queue_s=self.queue_s, total_s=time.monotonic() - self.t0)
+                          queue_s=self.queue_s, grade_s=self.grade_s, total_s=time.monotonic() - self.t0)
         return Trajectory(
             episode_id=self.episode_id, env_id=self.env_id, index=self.index, seed=self.seed,
             task_id=self.task_id, status=status, turns=tuple(self.turns), messages=tuple(self.messages),
@@ -68,12 +74,15 @@ class Episode:
 
 
 async def play(env: AgentEnv[Any], policy: Policy, ep: Episode, live: Live, *, max_retries: int = 1,
-               timeout_s: float | None = None, step_slots: asyncio.Semaphore | None = None) -> Trajectory:
-    """Play ``ep`` to its end (see the module docstring); each ``astep`` holds one of ``step_slots``."""
+               timeout_s: float | None = None, step_slots: asyncio.Semaphore | None = None,
+               groups: Groups | None = None) -> Trajectory:
+    """Play ``ep`` to its end (see the module docstring); each ``astep`` holds one of ``step_slots``. With
+    ``groups``, a grouped task's first try plays on a fork of its prepared env (``groups.py``); ``env`` is
+    reset for the rest."""
     while True:
         try:
             async with asyncio.timeout(timeout_s):
-                await _attempt(env, policy, ep, live, step_slots)
+                await _attempt(env, policy, ep, live, step_slots, groups)
             return ep.build("completed")
         except PolicyUnavailable:
             raise
@@ -96,38 +105,58 @@ async def play(env: AgentEnv[Any], policy: Policy, ep: Episode, live: Live, *, m
 
 
 async def _attempt(env: AgentEnv[Any], policy: Policy, ep: Episode, live: Live,
-                   slots: asyncio.Semaphore | None) -> None:
+                   slots: asyncio.Semaphore | None, groups: Groups | None) -> None:
     t = time.monotonic()
-    obs, info = await env.areset(seed=ep.seed)
-    ep.sandbox_s += time.monotonic() - t
-    ep.task_id = str(info.get("task_id", ""))
-    ep.tools = list(info.get("tools", []))
-    ep.messages.append({"role": "user", "content": obs})
-    rng = np.random.default_rng([ep.seed, ep.attempt, ep.retries])
-    view = EpisodeView(env, ep.seed, ep.messages, ep.tools, rng=rng)
-    while True:
-        view.step = len(ep.turns)
-        t0 = time.monotonic()
-        reply = await policy.act(view)
-        t1 = time.monotonic()
-        if slots is not None:
-            async with slots:
-                t_in = time.monotonic()
-                obs, reward, terminated, truncated, info = await env.astep(reply.parsed)
-        else:
-            t_in = t1
+    async with _start(env, ep, groups) as (env, obs, info):
+        ep.sandbox_s += time.monotonic() - t
+        ep.task_id = str(info.get("task_id", ""))
+        ep.tools = list(info.get("tools", []))
+        ep.messages.append({"role": "user", "content": obs})
+        rng = np.random.default_rng([ep.seed, ep.attempt, ep.retries])
+        view = EpisodeView(env, ep.seed, ep.messages, ep.tools, rng=rng)
+        while not await _turn_of(env, policy, ep, view, live, slots):
+            pass
+
+
+@asynccontextmanager
+async def _start(env: AgentEnv[Any], ep: Episode, groups: Groups | None) -> AsyncIterator[Started]:
+    """The attempt's env at its first state: a fork of its task's prepared env when the task is grouped
+    (first try only: a retry starts from a fresh reset), else ``env`` reset to the seed."""
+    if groups is not None and ep.retries == 0 and groups.grouped(ep.seed):
+        async with groups.start(ep.seed) as started:
+            yield started
+    else:
+        obs, info = await env.areset(seed=ep.seed)
+        yield env, obs, info
+
+
+async def _turn_of(env: AgentEnv[Any], policy: Policy, ep: Episode, view: EpisodeView, live: Live,
+                   slots: asyncio.Semaphore | None) -> bool:
+    """One turn: the policy acts, the env steps; True when the episode is over."""
+    view.step = len(ep.turns)
+    t0 = time.monotonic()
+    reply = await policy.act(view)
+    t1 = time.monotonic()
+    if slots is not None:
+        async with slots:
+            t_in = time.monotonic()
             obs, reward, terminated, truncated, info = await env.astep(reply.parsed)
-        t2 = time.monotonic()
-        ep.policy_s += t1 - t0
-        ep.queue_s += t_in - t1
-        ep.env_s += t2 - t_in
-        live.step()
-        ep.messages.append(dict(reply.message))
-        ep.messages.extend(tool_messages(reply.message, obs))
-        ep.turns.append(_turn(reply, obs, reward, terminated, truncated, info, t1 - t0, t2 - t_in))
-        if terminated or truncated:
-            ep.meta = _jsonable(env.meta_type.from_info(info).to_json())
-            return
+    else:
+        t_in = t1
+        obs, reward, terminated, truncated, info = await env.astep(reply.parsed)
+    t2 = time.monotonic()
+    ep.policy_s += t1 - t0
+    ep.queue_s += t_in - t1
+    ep.env_s += t2 - t_in
+    live.step()
+    ep.messages.append(dict(reply.message))
+    ep.messages.extend(tool_messages(reply.message, obs))
+    ep.turns.append(_turn(reply, obs, reward, terminated, truncated, info, t1 - t0, t2 - t_in))
+    if terminated or truncated:
+        ep.grade_s += t2 - t_in
+        ep.meta = _jsonable(env.meta_type.from_info(info).to_json())
+        return True
+    return False
 
 
 def _turn(reply: Reply, obs: str, reward: float, terminated: bool, truncated: bool, info: Mapping[str, Any],

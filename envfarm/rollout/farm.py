@@ -8,7 +8,8 @@
 
 Shape: ``concurrency`` worker tasks in a TaskGroup, each owning one env instance that it reuses episode after
 episode; every env leases its sandboxes from the farm's one :class:`Pools` registry, whose pool for the env's
-image is kept warm (``environments.start_pools``), so episodes start on warm sandboxes. A gate (a lock that
+image is kept warm (``environments.start_pools``), so episodes start on warm sandboxes; the attempts at one
+task (pass@k, RL groups) start from one prepared env, forked (``groups.py``). A gate (a lock that
 one worker holds while it waits) admits each new episode: not after :meth:`stop`, not while a sink's backlog
 is full (backpressure from a slow learner), not while the policy's weight version is more than
 ``max_staleness`` behind the learner's. An optional semaphore (``step_slots``) bounds the env steps running at
@@ -31,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -44,8 +45,9 @@ from envfarm.sandbox.pool import Pools, SandboxPool
 from envfarm.sandbox.values import DEFAULT_BACKEND, TIMEOUTS
 
 from .deliver import sink_options
-from .environments import env_defaults, make_env, start_pools
+from .environments import env_class, env_defaults, make_env, start_pools
 from .episode import Episode, play
+from .groups import Groups
 from .live import LiveFile
 from .policies import Policy
 from .runs import RunDir, RunSpec
@@ -76,6 +78,9 @@ class FarmConfig:
     """Seed of the first task; task t uses seed + t."""
     attempts: int = 1
     """Episodes per task (consecutive indices share a seed)."""
+    fork_groups: bool = True
+    """Prepare each task once and fork its attempts from that state (``groups.py``) when the env can fork;
+    False: every attempt resets on its own."""
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
     """Extra constructor arguments of the env (e.g. ``difficulty``)."""
     step_slots: int | None = None
@@ -160,6 +165,8 @@ class Farm:
         self._spool: Spool | None = None
         self._pools: Pools | None = None
         self._pool: SandboxPool | None = None
+        self._groups: Groups | None = None
+        """Prepared tasks whose attempts start on forks (None: every attempt resets)."""
         """The warm pool every episode leases from (None for per-task images and envs without sandboxes)."""
         self._version_checked = 0.0
         self._wall_before = 0.0
@@ -259,8 +266,20 @@ class Farm:
         self._pools, self._pool = await start_pools(self.spec.env_id, self.spec.env_kwargs, backend,
                                                     warm=size, max_live=max_live, prefill=cfg.prefill)
         stack.push_async_callback(self._pools.aclose)
+        self._groups = self._make_groups()
+        if self._groups is not None:
+            stack.push_async_callback(self._groups.aclose)  # before the pools close
         if self.config.max_staleness is not None:  # know both versions before the first episode starts
             await self._refresh_learner_version()
+
+    def _make_groups(self) -> Groups | None:
+        """The run's groups (tasks whose pending attempts start from one prepared env), or None when the
+        env cannot fork or grouping is off."""
+        if not self.config.fork_groups or self.spec.attempts < 2 or not env_class(self.spec.env_id).forkable:
+            return None
+        pending = Counter(self.spec.seed_of(i) for i in self._pending)
+        spec, backend, pools = self.spec, self.config.backend, self._pools
+        return Groups(lambda: make_env(spec.env_id, backend, pools, spec.env_kwargs), pending)
 
     async def _open_run(self, stack: AsyncExitStack) -> None:
         if self.run_dir_path is None:
@@ -323,7 +342,8 @@ class Farm:
                 self.live.begin()
                 try:
                     traj = await play(env, self.policy, ep, self.live, max_retries=self.config.max_retries,
-                                      timeout_s=self.config.episode_timeout_s, step_slots=self._step_slots)
+                                      timeout_s=self.config.episode_timeout_s, step_slots=self._step_slots,
+                                      groups=self._groups)
                 except FarmError as e:  # fatal for the run (PolicyUnavailable): name it in the records
                     self.stopped = self.stopped or f"{type(e).__name__}: {e}"
                     raise

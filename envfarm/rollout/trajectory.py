@@ -58,13 +58,16 @@ class Timings:
     """Where an episode's wall time went, in seconds."""
 
     sandbox_s: float = 0.0
-    """Getting the sandbox ready: ``env.areset`` (pool lease, setup), summed over attempts."""
+    """Getting the sandbox ready: ``env.areset`` (pool lease, setup), or for an attempt of a grouped task
+    the wait for its prepared env and the fork of it; summed over retries."""
     policy_s: float = 0.0
     """Waiting for the policy, summed over turns."""
     env_s: float = 0.0
     """Inside ``env.astep``, summed over turns."""
     queue_s: float = 0.0
     """Waiting for a step slot (``FarmConfig.step_slots``), summed over turns."""
+    grade_s: float = 0.0
+    """The part of ``env_s`` spent in the step that ended the episode (a submit: the grading)."""
     total_s: float = 0.0
     """Wall time of the whole episode, retries included; the rest is the farm's own overhead."""
 
