@@ -143,7 +143,8 @@ def test_module_choice_prefers_files_the_command_names() -> None:
         "sympy/parsing/tests/test_x.py", "sympy/testing/quality_unicode.py"
     ], "a helper module the command passes is the last resort"
     assert canary.style_for("parse_log_django") == "unittest"
-    assert (canary.style_for("parse_log_sympy"), canary.style_for("parse_log_pytest")) == ("sympy", "function")
+    styles = (canary.style_for("parse_log_sympy"), canary.style_for("parse_log_pytest"))
+    assert styles == ("sympy", "function")
 
 
 @pytest.mark.parametrize(("style", "text"), [("function", MODULE), ("unittest", UNITTEST_MODULE),
@@ -167,8 +168,8 @@ def test_canary_code_names_what_real_tests_name(style: str, text: str) -> None:
 def test_canaries_never_follow_the_last_test_under_sympy() -> None:
     """sympy's verbose runner prints the file's [OK]/[FAIL] on its last test's line (unparsable there);
     pytest has no such rule, and there copies go after the last test as often as elsewhere."""
-    text = "import os\n\n\ndef test_a():\n    assert os.sep == '/'\n\n\ndef test_b():\n    assert os.sep * 2 == '//'\n" \
-        "\n\ndef helper():\n    pass\n"
+    text = ("import os\n\n\ndef test_a():\n    assert os.sep == '/'\n\n\n"
+            "def test_b():\n    assert os.sep * 2 == '//'\n\n\ndef helper():\n    pass\n")
     after = 0
     for seed in range(20):
         for style in ("sympy", "function"):
@@ -314,7 +315,8 @@ def test_canaries_are_copies_of_added_tests_that_fail_only_when_they_run(tmp_pat
         diffs = []
         for src in sources:
             src.name = "x"
-            diffs.append(sum(a != b for a, b in zip(ast.dump(copy).split(","), ast.dump(src).split(","))))
+            pairs = zip(ast.dump(copy).split(","), ast.dump(src).split(","), strict=False)
+            diffs.append(sum(a != b for a, b in pairs))
         assert min(diffs) == (0 if c.must_pass else 1), (c, ast.unparse(copy))
     assert any(not c.must_pass for c in planting.canaries)
 
@@ -328,7 +330,8 @@ def test_counts_names_values_and_places_vary_per_planting() -> None:
     for p in plantings:
         names = [n.name for n in ast.parse(p.text).body if isinstance(n, ast.FunctionDef)]
         assert names[:2] == ["test_empty_cart", "test_single_item"], "placed among the tests test_patch adds"
-        assert all(re.fullmatch(r"test(_[a-z0-9]+)+", c.name) for c in p.canaries), "snake_case like the module"
+        snake = all(re.fullmatch(r"test(_[a-z0-9]+)+", c.name) for c in p.canaries)
+        assert snake, "snake_case like the module"
 
 
 def test_tests_off_the_lists_are_never_copied() -> None:
@@ -344,7 +347,8 @@ def test_module_choice_prefers_modules_test_patch_adds_failing_tests_to() -> Non
     patch = TEST_PATCH.replace("test_shop.py", "test_b.py")
     known = canary.known_for(["tests/test_b.py::test_discount_applies_once"], [], patch)
     for seed in range(5):
-        order = canary.pick_module(("tests/test_a.py", "tests/test_b.py"), "pytest tests/", Random(seed), known)
+        files = ("tests/test_a.py", "tests/test_b.py")
+        order = canary.pick_module(files, "pytest tests/", Random(seed), known)
         assert order[0] == "tests/test_b.py"
 
 

@@ -46,7 +46,8 @@ ADDED = textwrap.dedent('''\
     ''')
 F2P = ["tests/test_shop.py::test_discount_applies_once", "tests/test_shop.py::test_discount_never_below_zero"]
 P2P = ["tests/test_shop.py::test_empty_cart", "tests/test_shop.py::test_single_item"]
-PATCH = "--- a/tests/test_shop.py\n+++ b/tests/test_shop.py\n" + "".join(f"+{x}\n" for x in ADDED.splitlines())
+PATCH = "--- a/tests/test_shop.py\n+++ b/tests/test_shop.py\n" + "".join(
+    f"+{x}\n" for x in ADDED.splitlines())
 
 
 def test_tests_of_the_repository_are_real_and_synthetic_canaries_are_not() -> None:
