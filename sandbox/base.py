@@ -42,9 +42,8 @@ from envfarm.errors import (
 )
 
 from .agent_io import AgentPipe, agent_argv
-from .fork import PARENT_LABEL
 from .transfer import Transfers
-from .values import TIMEOUTS, ExecResult, Limits
+from .values import PARENT_LABEL, TIMEOUTS, ExecResult, Limits
 
 log = logging.getLogger(__name__)
 _SANDBOX_NUMBERS = itertools.count(1)

@@ -33,13 +33,12 @@ from envfarm import config
 from envfarm.errors import ForkError, SandboxStartError
 
 from .overlay import Files, LayerStore, PathSpec
+from .values import PARENT_LABEL
 
 if TYPE_CHECKING:
     from .base import SandboxSpec
 
 T = TypeVar("T")
-PARENT_LABEL = "envfarm.parent"
-"""Label of a forked sandbox that names its parent's id (`envfarm sandbox list` shows it)."""
 
 log = logging.getLogger(__name__)
 

@@ -16,6 +16,8 @@ daemon, no image import) and steps about twice as fast as docker (README: measur
 IMAGE_BACKEND = "docker"
 """The default for sandboxes of docker-built images (the harness's instance images; CodeRepair, the task
 factory): docker builds them, and bwrap would export each into a rootfs folder first."""
+PARENT_LABEL = "envfarm.parent"
+"""Label of a forked sandbox that names its parent's id (`envfarm sandbox list` shows it)."""
 
 
 @dataclass(frozen=True)
