@@ -218,10 +218,10 @@ def plant_canaries(env: CodeRepairEnv, plan: Plan) -> _Planted:
     """Canaries in one test module the run executes, planted into its text after test_patch."""
     rng = random.Random(f"envfarm-harbor:{plan.instance.instance_id}")
     texts = patched_test_files(env, plan)
-    for module in canary.pick_module(plan.test_files, plan.test_command, rng):
+    inst = plan.instance
+    known = canary.known_for(inst.fail_to_pass, inst.pass_to_pass, inst.test_patch)
+    for module in canary.pick_module(plan.test_files, plan.test_command, rng, known):
         if module in texts:
-            inst = plan.instance
-            known = canary.known_for(inst.fail_to_pass, inst.pass_to_pass, inst.test_patch)
             style = canary.style_for(plan.log_parser)
             planting = canary.plant(module, texts[module], style, rng, known=known)
             return _Planted(planting.canaries, {module: planting.text})
