@@ -113,7 +113,18 @@ async def verify(sb: Sandbox, task: HarborTask, cwd: str, env: Mapping[str, str]
     reward, rewards, reason = parse_reward(got.stdout)
     kind = got.stdout.partition("\n")[0]
     source = f"reward.{kind}" if kind in ("txt", "json") else None
+    output += await _test_stdout(sb, f"{root}/logs/verifier")
     return Verdict(reward, reason, rewards, output, res.exit_code, res.duration, source)
+
+
+TEST_STDOUT = "test-stdout.txt"
+"""Where many test.sh scripts send their runner's output (``/logs/verifier/test-stdout.txt``)."""
+
+
+async def _test_stdout(sb: Sandbox, folder: str, limit: int = 4000) -> str:
+    """The tail of the verifier's ``test-stdout.txt`` (a header and the text; "" when there is none)."""
+    got = await sb.exec(["tail", "-c", str(limit), f"{folder}/{TEST_STDOUT}"], timeout_s=10, cwd="/")
+    return f"\n--- /logs/verifier/{TEST_STDOUT} ---\n{got.stdout}" if got.ok and got.stdout.strip() else ""
 
 
 def parse_reward(text: str) -> tuple[float, dict[str, float], str | None]:

@@ -65,7 +65,8 @@ async def test_oracle_scores_1_and_noop_scores_0(tmp_path: Path, make_env: Any, 
 async def test_reward_json_missing_and_garbled_rewards(tmp_path: Path, make_env: Any) -> None:
     write_task(tmp_path, "a-json", test_sh='#!/bin/bash\nmkdir -p /logs/verifier\n'
                'echo \'{"reward": 0.5, "style": 1}\' > /logs/verifier/reward.json\n')
-    write_task(tmp_path, "b-missing", test_sh="#!/bin/bash\necho tests ran\nexit 1\n")
+    write_task(tmp_path, "b-missing", test_sh="#!/bin/bash\necho tests ran\nmkdir -p /logs/verifier\n"
+               "echo 'FAILED t.py::x' > /logs/verifier/test-stdout.txt\nexit 1\n")
     write_task(tmp_path, "c-garbled", test_sh="#!/bin/bash\nmkdir -p /logs/verifier\n"
                "echo lots > /logs/verifier/reward.txt\n")
     write_task(tmp_path, "d-env", test_sh='#!/bin/bash\nmkdir -p /logs/verifier\n'
@@ -76,6 +77,7 @@ async def test_reward_json_missing_and_garbled_rewards(tmp_path: Path, make_env:
     assert info["reward_source"] == "reward.json"
     reward, info = await play(env, [SUBMIT], seed=1)
     assert reward == 0.0 and "missing" in info["reason"] and "tests ran" in info["verifier_output"]
+    assert info["verifier_output"].endswith("test-stdout.txt ---\nFAILED t.py::x\n")
     assert "infra_error" not in info
     reward, info = await play(env, [SUBMIT], seed=2)
     assert reward == 0.0 and "garbled reward.txt" in info["reason"]
