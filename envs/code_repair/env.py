@@ -23,7 +23,9 @@ or exhaust memory with the patch while the unpatched base runs well inside the b
 reward 0 with ``info["reason"]`` ``timeout``/``oom``, no retry (``harness/verdicts.py``). A grading run that
 fails for infrastructure reasons (twice: a sandbox that died, an environment too slow for its own tests), or a
 test_patch that does not apply, raises :class:`~envfarm.errors.InfraError` from ``astep`` (the sync ``step``
-reports it as ``info["infra_error"]``); it is never a silent reward of 0.
+reports it as ``info["infra_error"]``); it is never a silent reward of 0. Attempts forked from one reset (the
+farm's groups) that submit the identical diff share its one grading (``shared_grades.py``;
+``share_grades=False``: each grades its own).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from ..meta import CodeRepairMeta
 from . import builtin, tools
 from .factory.sources import catalogue_tasks, rebuilt
 from .predictions import write_predictions
+from .shared_grades import SharedGrades
 from .tools import BashArgs, CreateArgs, NoArgs, RunTestsArgs, SearchArgs, StrReplaceArgs, ViewArgs
 
 log = logging.getLogger(__name__)
@@ -97,8 +100,10 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
     meta_type = CodeRepairMeta
     eval_artifacts = (write_predictions,)  # RUN/predictions.jsonl for `envfarm harness run` and SWE-bench
     forkable = True
-    fork_shared = frozenset({"plans", "harness", "repo_source", "_backend", "_builder", "_baselines", "task"})
-    """A fork shares the task set, the image builder, the baselines cache and the (frozen) task itself."""
+    fork_shared = frozenset({"plans", "harness", "repo_source", "_backend", "_builder", "_baselines", "task",
+                             "_shared_grades"})
+    """A fork shares the task set, the image builder, the baselines cache, the (frozen) task itself and the
+    group's verdicts (``shared_grades.py``)."""
 
     def __init__(
         self,
@@ -113,6 +118,7 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
         strict: bool = False,
         canaries: bool = True,
         differential: bool = True,
+        share_grades: bool = True,
         **kwargs: Any,
     ) -> None:
         if "instances" in kwargs:  # instances=: the same as tasks= (a file, or a mined catalogue folder)
@@ -150,6 +156,8 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
         self._base = "HEAD"
         self._grade_limits = self._limits
         self._baselines = Baselines()
+        self.share_grades = share_grades
+        self._shared_grades = SharedGrades()
 
     # ---------------------------------------------------------------------------------------- episodes
 
@@ -163,6 +171,7 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
             self._pending = ids.index(opts["instance_id"])
         else:
             self._pending = None if seed is None else seed % len(self.plans)
+        self._shared_grades = SharedGrades()  # a new group: its forks share this one (shared_grades.py)
         return await super().areset(seed=seed, options=options)
 
     def generate(self, rng: np.random.Generator) -> RepairTask:
@@ -257,7 +266,9 @@ class CodeRepairEnv(AgentEnv[RepairTask]):
             why = "too large" if res.truncated else res.stderr.strip()[-300:]
             return Outcome(f"Your changes could not be collected ({why}); nothing was graded.", done=True,
                            info={"resolved": False, "diff_error": why})
-        return await self._grade(res.stdout)
+        if not self.share_grades:
+            return await self._grade(res.stdout)
+        return await self._shared_grades.grade(res.stdout, self._grade)
 
     async def _grade(self, patch: str) -> Outcome:
         assert self.task is not None
