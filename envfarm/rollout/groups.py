@@ -5,11 +5,12 @@
         ...                                     # play the attempt on ``env`` (closed on the way out)
 
 The first attempt of a task to start resets an env for its seed (the expensive part: a sandbox, a checkout,
-CodeRepair's instance image and repository copy) and keeps it, untouched, as the group's prepared state.
-Every attempt then plays on an ``afork()`` of it (copy-on-write sandbox, Python state copied: the same state
-an independent ``areset(seed=...)`` gives), and the last attempt to start plays on the prepared env itself:
-one reset and G-1 forks per task. An attempt closes its env when it ends; :meth:`Groups.aclose` closes the
-prepared envs of attempts that never started (a stopped run).
+CodeRepair's instance image and repository copy) and keeps it, untouched, as the group's prepared state. The
+next task's env is prepared in the background meanwhile (``ahead``), so the resets overlap the attempts
+instead of holding them up. Every attempt then plays on an ``afork()`` of it (copy-on-write sandbox, Python
+state copied: the same state an independent ``areset(seed=...)`` gives), and the last attempt to start plays
+on the prepared env itself: one reset and G-1 forks per task. An attempt closes its env when it ends;
+:meth:`Groups.aclose` closes the prepared envs of attempts that never started (a stopped run).
 
 Faults stay one attempt's: a reset or a fork that fails raises from :meth:`start` for that attempt alone
 (an :class:`~envfarm.errors.InfraError`: the episode's retry plays it from a fresh reset, see
@@ -44,14 +45,22 @@ class _Task:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     env: AgentEnv[Any] | None = None
     first: tuple[str, dict[str, Any]] = ("", {})
+    ready: asyncio.Task[None] | None = None
+    """The reset under way (or done) that prepares ``env``."""
 
 
 class Groups:
-    """The prepared tasks of a run (module docstring); ``make`` makes an env (the farm's ``make_env``)."""
+    """The prepared tasks of a run (module docstring); ``make`` makes an env (the farm's ``make_env``).
+    ``attempts`` maps each seed to its attempts to play, in the order they start; when one task starts, the
+    next ``ahead`` are prepared in the background, so their resets overlap this one's attempts."""
 
-    def __init__(self, make: Callable[[], AgentEnv[Any]], attempts: Mapping[int, int]) -> None:
+    def __init__(self, make: Callable[[], AgentEnv[Any]], attempts: Mapping[int, int],
+                 ahead: int = 1) -> None:
         self._make = make
         self._tasks = {seed: _Task(n) for seed, n in attempts.items() if n > 1}
+        self._order = list(self._tasks)
+        self._ahead = ahead
+        self._preparing: set[asyncio.Task[None]] = set()
         self.resets = 0
         """Envs prepared (resets) so far."""
         self.forks = 0
@@ -73,10 +82,18 @@ class Groups:
 
     async def _take(self, seed: int) -> Started:
         task = self._tasks[seed]
+        self._prepare_ahead(seed)
         async with task.lock:
             task.left -= 1  # taken, whatever happens below: a failed attempt retries from a fresh reset
             if task.env is None:
-                await self._prepare(task, seed)
+                ready = self._start_preparing(task, seed)
+                try:
+                    await asyncio.shield(ready)  # this attempt's timeout must not cancel the others' reset
+                except BaseException:
+                    if ready.done() and (ready.cancelled() or ready.exception() is not None):
+                        # the reset failed: the next attempt prepares afresh
+                        await self._drop(task, seed)
+                    raise
             assert task.env is not None
             obs, info = task.first
             if task.left == 0:  # the last attempt plays on the prepared env itself
@@ -91,26 +108,44 @@ class Groups:
             self.forks += 1
             return twin, obs, copy.deepcopy(info)
 
+    def _prepare_ahead(self, seed: int) -> None:
+        i = self._order.index(seed)
+        for later in self._order[i + 1:i + 1 + self._ahead]:
+            task = self._tasks.get(later)
+            if task is not None and task.env is None:
+                self._start_preparing(task, later)
+
+    def _start_preparing(self, task: _Task, seed: int) -> asyncio.Task[None]:
+        if task.ready is None:
+            task.ready = asyncio.create_task(self._prepare(task, seed), name=f"prepare seed {seed}")
+            self._preparing.add(task.ready)
+            task.ready.add_done_callback(self._preparing.discard)
+        return task.ready
+
     async def _prepare(self, task: _Task, seed: int) -> None:
         env = self._make()
         try:
             obs, info = await env.areset(seed=seed)
         except BaseException:
             await asyncio.shield(env.aclose())
-            await self._drop(task, seed)
             raise
         self.resets += 1
         task.env, task.first = env, (obs, info)
 
     async def _drop(self, task: _Task, seed: int) -> None:
-        env, task.env = task.env, None
+        env, task.env, task.ready = task.env, None, None
         if env is not None:
             await asyncio.shield(env.aclose())
         if task.left == 0:
             self._tasks.pop(seed, None)
 
     async def aclose(self) -> None:
-        """Close the prepared envs no attempt took (the run stopped early). Idempotent."""
+        """Stop the resets under way and close the prepared envs no attempt took (a run that stopped early).
+        Idempotent."""
+        preparing, self._preparing = list(self._preparing), set()
+        for ready in preparing:
+            ready.cancel()
+        await asyncio.gather(*preparing, return_exceptions=True)
         tasks, self._tasks = self._tasks, {}
         for task in tasks.values():
             if task.env is not None:
