@@ -133,6 +133,29 @@ def render_fork(data: dict[str, Any]) -> list[str]:
     ]
 
 
+def render_attempts(data: dict[str, Any]) -> list[str]:
+    """``bench/attempts.py``: k attempts per task forked from one prepared env, against one attempt."""
+    rows = []
+    for name, r in data["runs"].items():
+        s, m = r["sum"], r["median"]
+        grouped = r["fork_groups"] and r["attempts"] > 1
+        how = "forked from one reset" if grouped else "a reset each"
+        grading = "one per distinct patch" if grouped and r.get("share_grades") else "each attempt"
+        rows.append([name, str(r["attempts"]), how, grading, f"{r['wall_s']:.1f} s",
+                     f"{s['preparing_s']:.1f} / {s['acting_s']:.1f} / {s['grading_s']:.1f} s",
+                     f"{m['preparing_s']:.2f} / {m['acting_s']:.2f} / {m['grading_s']:.2f} s"])
+    without = data.get("ratio_without_forks")
+    return [
+        f"{data['cpus']} cores (load {data['load_avg_1m']}); `{data['env_id']}`, {data['policy']} policy, "
+        f"{data['tasks']} tasks on {data['backend']}, concurrency {data['concurrency']}. k=8 over k=1 wall: "
+        f"**{data['ratio']:.2f}x** (target <= {data['target_ratio']:g}x)"
+        + (f"; every attempt reset on its own: {without:.2f}x." if without is not None else "."),
+        "",
+        *_table(["run", "attempts per task", "attempts start", "grading", "wall",
+                 "prepare / act / grade (sum)", "prepare / act / grade (median)"], rows),
+    ]
+
+
 def _leaves(data: object, prefix: str = "") -> Iterator[tuple[str, object]]:
     if isinstance(data, dict):
         for key, value in data.items():
@@ -159,6 +182,7 @@ BENCHES: dict[str, Bench] = {
     "swebench.json": Bench("SWE-bench images and overhead", "python bench/swebench.py", render_generic),
     "faults.json": Bench("Fault suites under load", "python bench/faults.py", render_faults),
     "fork.json": Bench("Sandbox fork", "python bench/fork.py", render_fork),
+    "attempts.json": Bench("Attempt groups from one state", "python bench/attempts.py", render_attempts),
 }
 
 
