@@ -66,10 +66,10 @@ class Timings:
     """Inside ``env.astep``, summed over turns."""
     queue_s: float = 0.0
     """Waiting for a step slot (``FarmConfig.step_slots``), summed over turns."""
-    grade_s: float = 0.0
-    """The part of ``env_s`` spent in the step that ended the episode (a submit: the grading)."""
     total_s: float = 0.0
     """Wall time of the whole episode, retries included; the rest is the farm's own overhead."""
+    grade_s: float = 0.0
+    """The part of ``env_s`` spent in the step that ended the episode (a submit: the grading)."""
 
 
 @dataclass(frozen=True)
