@@ -323,6 +323,17 @@ def _harbor_summary(rows: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def _roundtrip(found: dict[str, Any] | None) -> list[str]:
+    """The round trip's own figures (``bench/harbor_roundtrip.py``): exported, loaded by Harbor's loader,
+    oracle 1 and no-op 0 through envfarm/Harbor-v0."""
+    if not found:
+        return []
+    return [f"- round trip: {found['exported']} exported; {found['loaded_by_harbor']} loaded by Harbor's own "
+            "task loader; oracle 1 and no-op 0 through `envfarm/Harbor-v0` on "
+            f"{found['oracle_1_and_noop_0']} (export {found['export_s']:.0f} s, validation "
+            f"{found['validate_s']:.0f} s)"]
+
+
 def _unloadable(row: dict[str, Any]) -> bool:
     return not row["built"] and row["reason"] == "verifier-failed"
 
@@ -342,10 +353,12 @@ def render_harbor(root: Path) -> str:
         data = json.loads(path.read_text(encoding="utf-8"))
         rows = data["rows"]
         reasons = Counter(r["reason"] for r in rows if r["reason"])
-        lines += [f"## {data['dataset']} ({len(rows)} tasks)", "",
+        size = f"{len(rows)} of {data['partial_of']:,} tasks so far" if data.get("partial_of") else \
+            f"{len(rows)} tasks"
+        lines += [f"## {data['dataset']} ({size})", "",
                   f"Measured {data['measured']} at the dataset's commit {data['commit']}, backend "
                   f"{data['backend']}: `{data['command']}` (`docs/harbor/{path.name}`).", "",
-                  *_harbor_summary(rows), "",
+                  *_roundtrip(data.get("roundtrip")), *_harbor_summary(rows), "",
                   *_table(["reason", "tasks"], [[k, str(v)] for k, v in reasons.most_common()]), "",
                   *_table(["task", "built", "oracle", "no-op", "python", "reason", "detail", "s"],
                           [[r["task"], "yes" if r["built"] else "no", _reward(r["oracle_reward"]),
