@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -112,3 +113,23 @@ async def test_a_failed_fork_costs_only_its_attempt(tmp_path: Path, monkeypatch:
     retried = await run(tmp_path, make_policy("oracle"), "retried")  # max_retries=1: a fresh reset
     assert all(t.status == "completed" and t.reward == 1.0 for t in retried)
     assert sorted(t.retries for t in retried) == [0] * (TASKS * ATTEMPTS - 1) + [1]
+
+
+@pytest.mark.bwrap
+async def test_a_stopped_run_closes_the_prepared_envs(tmp_path: Path, counts: dict[str, Any],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    prepared: list[FileOpsEnv] = []
+    areset = FileOpsEnv.areset  # the counting one
+
+    async def keeping(self: FileOpsEnv, **kw: Any) -> Any:
+        prepared.append(self)
+        return await areset(self, **kw)
+
+    monkeypatch.setattr(FileOpsEnv, "areset", keeping)
+    config = FarmConfig(env_id=FILEOPS, episodes=3 * ATTEMPTS, attempts=ATTEMPTS, concurrency=2,
+                        backend="bwrap")
+    async with contextlib.aclosing(Farm(config, make_policy("oracle"), run_dir=tmp_path / "run").run()) as it:
+        async for _ in it:
+            break
+    assert len(prepared) >= 2  # the first task's env and the next one's, prepared ahead
+    assert all(env.sandbox is None for env in prepared + counts["forks"])
