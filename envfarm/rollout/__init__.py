@@ -8,9 +8,9 @@
         print(traj.episode_id, traj.reward, traj.infra_error)
 
 Files: ``trajectory.py`` (what an episode produced), ``policies.py`` / ``openai_policy.py`` (what acts),
-``episode.py`` (one episode, retries), ``farm.py`` (many), ``spool.py`` / ``sinks.py`` (durable delivery),
-``receiver.py`` (the learner's ingest endpoint), ``runs.py`` (run folders, resume), ``summary.py``,
-``eval.py`` (pass@k).
+``episode.py`` (one episode, retries), ``groups.py`` (a task's attempts forked from one reset), ``farm.py``
+(many), ``spool.py`` / ``sinks.py`` (durable delivery), ``receiver.py`` (the learner's ingest endpoint),
+``runs.py`` (run folders, resume), ``summary.py``, ``eval.py`` (pass@k).
 """
 
 from __future__ import annotations

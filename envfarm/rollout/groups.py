@@ -102,7 +102,9 @@ class Groups:
                 return env, obs, info
             try:
                 twin = await task.env.afork()
-            except BaseException:  # the prepared env may be what broke: the next attempt prepares afresh
+            except BaseException as e:  # the prepared env may be what broke: the next attempt prepares afresh
+                log.info("fork of seed %d's prepared env failed (%s); the next attempt prepares it again",
+                         seed, e)
                 await self._drop(task, seed)
                 raise
             self.forks += 1
