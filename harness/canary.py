@@ -90,7 +90,7 @@ def plant(module: str, text: str, style: Style, rng: Random | None = None,
     to pass are copied), else synthetic ones (``Planting.derived`` False). ``count`` (must-pass, must-fail)
     fixes the numbers; by default they are drawn per call."""
     rng = rng or secrets.SystemRandom()
-    taken = set(re.findall(r"\w+", text)) | (known.names if known else set())
+    taken = set(re.findall(r"\w+", text + " " + module)) | (known.names if known else set())
     planting = canary_clone.plant(module, text, style, rng, count, known, taken)
     if planting is not None:
         return planting
@@ -103,7 +103,7 @@ def verdict(canaries: Sequence[Canary], status: Mapping[str, str]) -> list[Findi
     """``canary`` findings: a canary missing from the parsed ``status`` map or with the wrong outcome."""
     findings = []
     for c in canaries:
-        word = re.compile(rf"(?<!\w){re.escape(c.name)}(?!\w)")
+        word = re.compile(rf"(?<![\w/.]){re.escape(c.name)}(?![\w.])")  # a test's name, never a module's
         seen = {status[k] for k in status if word.search(k)}
         want = PASSING if c.must_pass else FAILING
         if not seen:

@@ -370,3 +370,18 @@ def test_a_module_without_assertions_gets_synthetic_canaries(tmp_path: Path) -> 
     out = _results(tmp_path, planting.text, "pytest")
     status = _swebench.load().log_parsers.PARSER_REGISTRY["parse_log_pytest"](out, None)
     assert canary.verdict(planting.canaries, status) == [], out
+
+
+def test_a_canary_named_like_its_module_is_judged_by_its_own_result_only() -> None:
+    """A canary called ``test_matrix`` in tests/test_matrix.py: the module's other tests are not its
+    results (its name is a word of their ids), and the planter does not draw such a name."""
+    c = canary.Canary("test_matrix", False, "tests/test_matrix.py")
+    status = {"tests/test_matrix.py::test_solve": "PASSED", "tests/test_matrix.py::test_matrix": "FAILED"}
+    assert canary.verdict([c], status) == []
+    status["tests/test_matrix.py::test_matrix"] = "PASSED"
+    assert canary.verdict([c], status)
+    text = "def test_matrix_sum():\n    assert 1 + 1 == 2\n\n\ndef test_sum():\n    assert 2 == 2\n"
+    for seed in range(30):
+        planting = canary.plant("tests/test_matrix.py", text, canary.style_for("parse_log_pytest"),
+                                Random(seed))
+        assert all(p.name != "test_matrix" for p in planting.canaries)
