@@ -442,7 +442,8 @@ def _mutate(value: object, rng: Random, words: list[str]) -> object:
         return not value
     if isinstance(value, int):
         new = value + rng.choice((1, -1, 2, -2, 3)) if value else rng.choice((1, 2))
-        return abs(new) if value >= 0 else new
+        new = abs(new) if value >= 0 else new
+        return new if new != value else value + 1  # 1 - 2 = -1, whose abs is 1 again
     if isinstance(value, float):
         return value + rng.choice((0.5, -0.5, 1.0, 0.25)) if value else 1.0
     if isinstance(value, bytes):
