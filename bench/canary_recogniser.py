@@ -214,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         cases[source] += got
         infos[source].append(info)
     result = {
+        "measured": time.strftime("%Y-%m-%d"),
         "trials": args.trials,
         "seconds": round(time.monotonic() - t0, 1),
         "by_source": {s: summary(cases[s], infos[s], args.trials) for s in cases},

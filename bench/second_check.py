@@ -22,6 +22,7 @@ import asyncio
 import json
 import statistics
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +114,8 @@ def main() -> None:
                     samples[iid][check].append(t)
                 total = sum(t["tests_s"] for t in found.values())
                 print(f"repeat {r} {name} check={check}: tests {total:.1f}s over {len(found)}", flush=True)
-        result = {"repeats": r + 1, "canaries": args.canaries, "target_tests_ratio": 1.25,
+        result = {"measured": time.strftime("%Y-%m-%d"), "repeats": r + 1, "canaries": args.canaries,
+                  "target_tests_ratio": 1.25,
                   **summarize([i for _, insts, _ in sets for i in insts], samples, group)}
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2) + "\n")  # after every repeat
