@@ -31,6 +31,7 @@ from typing import Any
 
 from envfarm.rollout import FarmConfig, RunDir, make_policy
 from envfarm.rollout.eval import run_eval
+from envfarm.sandbox import DEFAULT_BACKEND
 
 ENV_ID = "envfarm/CodeRepair-v0"
 TARGET_RATIO = 4.0
@@ -74,7 +75,7 @@ async def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", type=int, default=4)
     ap.add_argument("--attempts", type=int, default=8)
-    ap.add_argument("--backend", default="bwrap")
+    ap.add_argument("--backend", default=DEFAULT_BACKEND)
     ap.add_argument("--concurrency", type=int, default=FarmConfig.concurrency)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--no-independent", action="store_true", help="Skip the reference run without forks.")
