@@ -39,6 +39,8 @@ from pathlib import Path
 
 from envfarm.errors import ForkError
 
+from .cgroups import pid_alive
+
 log = logging.getLogger(__name__)
 
 MAX_DEPTH = 8
@@ -325,7 +327,7 @@ class LayerStore:
         for folder, remove in ((self.boxes, _remove_box), (self.layers, _remove_layer)):
             for entry in sorted(folder.iterdir()) if folder.is_dir() else ():
                 pid = owner_pid(entry.name, layer=folder == self.layers)
-                if pid is None or (pid != owner if owner is not None else not all_runs and _alive(pid)):
+                if pid is None or (pid != owner if owner is not None else not all_runs and pid_alive(pid)):
                     continue
                 remove(entry)
                 removed += folder == self.boxes
@@ -342,16 +344,6 @@ def owner_pid(name: str, layer: bool) -> int | None:
         return int(name.rsplit("-", 2)[-2], 16)
     except (ValueError, IndexError):
         return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _remove_layer(path: Path) -> None:
