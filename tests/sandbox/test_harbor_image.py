@@ -16,6 +16,7 @@ from envfarm.sandbox.harbor_image import (
     TaskImage,
     ensure_task_image,
     render,
+    render_seed_layer,
     seed_command,
     writable_dirs,
 )
@@ -88,6 +89,19 @@ def test_writable_dirs_are_the_tasks_own_folders() -> None:
                   "COPY cfg /etc/tool/cfg\nWORKDIR /workspace/sub\n")
     assert writable_dirs(t) == ("/app", "/home/agent2", "/results", "/run.sh", "/srv")
     assert f"mv \"$d\" \"{SEED_DIR}$d\"" in render(t)
+
+
+def test_a_prebuilt_images_workspace_and_workdir_move_to_the_seed() -> None:
+    """The layer on a prebuilt ``docker_image``: /workspace's entries and the WORKDIR's top folder go to
+    the seed (a symlink such as an exported task's /testbed -> /workspace/testbed stays where it is)."""
+    text = render_seed_layer("/testbed", "agent")
+    lines = text.splitlines()
+    assert lines[:4] == ["ARG BASE", "FROM ${BASE}", "USER root", "WORKDIR /"]
+    assert f'mv "$e" {SEED_DIR}/' in lines[4] and "/workspace/*" in lines[4]
+    assert "for d in /testbed;" in lines[5] and 'if [ -L "$d" ]' in lines[5]
+    assert lines[-2:] == ["USER agent", "WORKDIR /testbed"]
+    assert "for d in" not in render_seed_layer("/workspace/testbed", None)  # under /workspace: moved above
+    assert render_seed_layer("/usr/src", None).splitlines()[-1] == "WORKDIR /usr/src"
 
 
 def test_needs_network_raises_before_building(tmp_path: Path) -> None:
