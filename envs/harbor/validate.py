@@ -151,9 +151,9 @@ async def validate_tasks(config: ValidateConfig, progress: ProgressFn | None = N
 
     async def one(folder: Path) -> None:
         async with gate:
-            row = (await _resumed(rows_dir, folder.name)
-                   or _placeholder(await _loaded_and_validated(folder, config, progress, janitor),
-                                   config.tasks))
+            found = (await _resumed(rows_dir, folder.name)
+                     or await _loaded_and_validated(folder, config, progress, janitor))
+            row = _placeholder(found, config.tasks)  # rows written by earlier versions too
             await asyncio.to_thread(_write_row, rows_dir, row)
             if janitor is not None:
                 await janitor.done(folder)
