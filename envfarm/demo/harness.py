@@ -108,7 +108,8 @@ async def _grade(row: Row, model: str, patch: str, out: Path, swebench: bool) ->
     inst = row.instance
     config = HarnessConfig(run_id=SWEBENCH_RUN_ID if swebench else RUN_ID, report_dir=out,
                            repo_source=row.repo_source, max_workers=1, retries=0 if swebench else 1,
-                           tamper=Policy.OFF if swebench else Policy.REVERT, canaries=not swebench)
+                           tamper=Policy.OFF if swebench else Policy.REVERT, canaries=not swebench,
+                           differential=not swebench)
     run = await evaluate([inst], {inst.instance_id: Prediction(inst.instance_id, model, patch)}, config)
     return run.reports[inst.instance_id]
 
@@ -157,7 +158,7 @@ def _notes(row: Row, out: Path) -> tuple[str, ...]:
              "grades a genuine row the same way" if row.bundled else
              f"a SWE-bench row, repository from {row.repo_source}")
     return (where,
-            "swebench alone: swebench 5.0.2's grading without envfarm's tamper rules and canaries (a "
+            "swebench alone: swebench 5.0.2's grading without envfarm's tamper rules, canaries and twins (a "
             "forgery 'resolved' there works); envfarm: the default grading",
             f"reports: {out}/{RUN_ID}/<patch>/<instance>/report.json (envfarm), {out}/{SWEBENCH_RUN_ID}/ "
             "(swebench alone)")
