@@ -403,10 +403,9 @@ def _note(progress: ProgressFn | None, message: str) -> None:
 # ------------------------------------------------------------------------------------------------ discard
 
 
-def discard(ref: str, *, keep_cache: bool = True) -> int:
-    """Remove the image ``ref`` and its bwrap export (large runs: ``harbor validate --prune-images``);
-    returns the export's bytes freed. ``keep_cache``: the build's intermediate layers stay for the next
-    task with the same steps (else docker removes every parent no other image uses). Never raises for an
+def discard(ref: str) -> int:
+    """Remove the image ``ref``, the build layers below it that no other image uses, and its bwrap export
+    (large runs: ``harbor validate --prune-images``); returns the export's bytes freed. Never raises for an
     image that is gone or still used."""
     img = dockerutil.get_image(ref)
     if img is None:
@@ -414,7 +413,7 @@ def discard(ref: str, *, keep_cache: bool = True) -> int:
     export = rootfs.export_dir(img.id)
     freed = rootfs.remove(export) if export.exists() else 0
     try:
-        dockerutil.client().images.remove(ref, noprune=keep_cache)
+        dockerutil.client().images.remove(ref)
     except DockerException as e:
         log.info("kept %s: %s", ref, e)
     return freed

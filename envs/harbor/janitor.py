@@ -87,9 +87,9 @@ class Janitor:
             return
         async with self._lock:
             for tag in sorted(self._tags.pop(group, set())):
-                await asyncio.to_thread(discard, tag, keep_cache=False)
+                await asyncio.to_thread(discard, tag)
             if apt := self._apt.pop(group, ""):
-                await asyncio.to_thread(discard, apt, keep_cache=False)
+                await asyncio.to_thread(discard, apt)
         log.info("removed the images of apt group %s", " ".join(group) or "(none)")
 
 
