@@ -79,6 +79,7 @@ def test_the_bundled_row_gets_one_forgery_per_kind() -> None:
 def test_training_config_and_its_table() -> None:
     config = train_config(DemoConfig(train_checkpoint=None, rl_updates=2, sft_steps=10, train_seconds=30))
     assert (config.rl_updates, config.sft_steps, config.minutes, config.sft_more) == (2, 10, 0.5, False)
+    assert (config.prompts_per_update, config.group_window) == (4, 4.0)  # waits for informative groups
     assert config.checkpoint is None
     bundled = train_config(DemoConfig())
     assert (bundled.checkpoint, bundled.sft_steps) == (str(BUNDLED_POLICY), 0)
@@ -137,7 +138,8 @@ def test_harness_and_code_repair_parts_on_the_bundled_row(tmp_path: Path) -> Non
 def test_the_demo_command_farm_containment_and_training_at_small_scale(tmp_path: Path) -> None:
     """The other parts through the CLI, scaled down (the harness and CodeRepair parts are tested above): a
     table per part, the reward curve PNG, exit code 0, and RL from the bundled policy takes optimizer steps
-    (its attempts score differently: all 8 groups of two updates alike has odds of about 1e-6)."""
+    (each update waits for 4 groups whose attempts score differently among up to 16; about 7 groups in 10
+    score alike, so both updates without a step has odds of about 1e-5)."""
     parts = ["--part", "farm", "--part", "containment", "--part", "training"]
     res = CliRunner().invoke(app, ["demo", "--out", str(tmp_path), "--episodes", "8", "--concurrency", "8",
                                    "--rl-updates", "2", *parts])
