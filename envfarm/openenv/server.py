@@ -28,6 +28,9 @@ from envfarm.sandbox.values import DEFAULT_BACKEND
 
 log = logging.getLogger(__name__)
 
+SHUTDOWN_S = 30.0
+"""How long a cancelled ``serve()`` waits for uvicorn to stop (5 s for connections, then the pool)."""
+
 
 class OpenEnvServeConfig(BaseModel):
     """What ``envfarm envs serve`` serves, and how."""
@@ -114,7 +117,12 @@ def build_app(config: OpenEnvServeConfig) -> Any:
 
 async def serve(config: OpenEnvServeConfig, ready: Callable[[str], None] | None = None) -> None:
     """Serve until cancelled. ``ready(url)`` is called once the pool is up and the socket listens; a start
-    that fails (no backend, no image, a port in use) raises its FarmError or ConfigError here."""
+    that fails (no backend, no image, a port in use) raises its FarmError or ConfigError here.
+
+    Cancelling stops uvicorn the graceful way (``should_exit``), so its lifespan closes the pool before this
+    returns: a cancel that reached uvicorn's task directly skipped the lifespan's shutdown, which then ran
+    under ``asyncio.run``'s final cancel of every task, where a sandbox start cancelled while asyncio
+    connects its pipes never finishes (Python 3.11) and the loop never closes."""
     import uvicorn
 
     app = build_app(config)
@@ -127,20 +135,32 @@ async def serve(config: OpenEnvServeConfig, ready: Callable[[str], None] | None 
             await asyncio.wait([task], timeout=0.05)
         if server.started and ready is not None:
             ready(_url(server, config.host))
-        await task
+        await asyncio.wait([task])  # not ``await task``: a cancel here must not reach uvicorn's task
+        task.result()
     except SystemExit as e:  # uvicorn exits when it cannot bind
         raise ConfigError(f"the OpenEnv server for {config.env_id} cannot listen on {config.host}:"
                           f"{config.port} (in use? pick another --port)") from e
     finally:
-        if not task.done():
-            server.should_exit = True
-            await asyncio.shield(asyncio.wait([task], timeout=15))
+        await _stop(server, task)
     error = getattr(app.state, "start_error", None)
     if error is not None:
         raise error
     if not server.started:
         raise ConfigError(f"the OpenEnv server for {config.env_id} did not start on {config.host}:"
                           f"{config.port}; see the log above")
+
+
+async def _stop(server: Any, task: asyncio.Task[None]) -> None:
+    """Ask uvicorn to exit and wait for its shutdown (connections, then the lifespan that closes the pool),
+    even if cancelled again meanwhile; past ``SHUTDOWN_S`` its task is cancelled."""
+    if task.done():
+        return
+    server.should_exit = True
+    await asyncio.shield(asyncio.wait([task], timeout=SHUTDOWN_S))
+    if not task.done():
+        log.warning("the OpenEnv server did not stop in %.0f s; cancelling it", SHUTDOWN_S)
+        task.cancel()
+        await asyncio.wait([task], timeout=5)
 
 
 def _url(server: Any, host: str) -> str:

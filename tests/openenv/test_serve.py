@@ -3,7 +3,9 @@ format; the refusal past --max-sessions; a session that disconnects gives its sa
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from openenv.core.generic_client import GenericEnvClient
@@ -11,7 +13,8 @@ from openenv_support import ServerThread, get_json, play_oracle, wait_until
 
 import envfarm.envs  # noqa: F401 - registers the envs
 from envfarm.errors import ConfigError
-from envfarm.openenv.server import OpenEnvServeConfig, build_app
+from envfarm.openenv import server as server_module
+from envfarm.openenv.server import OpenEnvServeConfig, build_app, serve
 
 TOOL_USE = ["envfarm/ToolCalc-v0", "envfarm/SqlQuery-v0", "envfarm/FileOps-v0", "envfarm/OrderDesk-v0"]
 
@@ -99,6 +102,35 @@ def test_disconnect_releases_the_sandbox(toolcalc: ServerThread) -> None:
                       15, "the session and its lease to go")
     assert gone["open_envs"] == 0
     client.close()
+
+
+@pytest.mark.bwrap
+def test_a_cancelled_serve_closes_its_pool_before_it_returns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cancelling ``serve()`` stops uvicorn the graceful way, so the lifespan closes the pool before serve
+    returns, not later under asyncio.run's final cancel of every task (where a sandbox start that is
+    connecting its pipes never finishes on Python 3.11)."""
+    apps: list[Any] = []
+
+    def capture(config: OpenEnvServeConfig) -> Any:
+        apps.append(build_app(config))
+        return apps[-1]
+
+    monkeypatch.setattr(server_module, "build_app", capture)
+
+    async def main() -> dict[str, Any]:
+        up = asyncio.Event()
+        config = OpenEnvServeConfig(env_id="envfarm/ToolCalc-v0", backend="bwrap", port=0, warm=2)
+        task = asyncio.create_task(serve(config, lambda url: up.set()))
+        await asyncio.wait_for(up.wait(), 120)
+        host = apps[0].state.envfarm_host
+        await asyncio.to_thread(wait_until, lambda: host.health()["pool"]["idle"] == 2, 60, "a warm pool")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return dict(host.health()["pool"])
+
+    pool = asyncio.run(main())
+    assert pool["live"] == 0 and pool["idle"] == 0 and pool["starting"] == 0, pool
 
 
 def test_unknown_env_and_bad_kwargs_are_config_errors() -> None:
