@@ -444,8 +444,9 @@ class AgentEnv(gymnasium.Env[str, str], Generic[TaskT], metaclass=ABCMeta):
 
 
 _NEVER_COPIED = frozenset({"_pools", "_loop", "_loop_users", "_episode", "sandbox", "observation_space",
-                           "action_space", "_own_pools"})
-"""What ``AgentEnv._fork_copy`` never deep-copies: the pools, the event loop, the episode's sandbox."""
+                           "action_space", "_own_pools", "spec"})
+"""What ``AgentEnv._fork_copy`` never deep-copies: the pools, the event loop, the episode's sandbox, and the
+EnvSpec ``gymnasium.make`` attached (its kwargs may hold the live pools)."""
 
 
 def _args_model(fn: ToolFn) -> type[BaseModel]:

@@ -13,6 +13,7 @@ from envfarm.envs.checks import check_fork
 from envfarm.envs.core import AgentEnv
 from envfarm.envs.tool_use.toolcalc import ToolCalcEnv
 from envfarm.errors import ForkError, ForkUnsupported
+from envfarm.sandbox.pool import Pools
 
 
 def bash(command: str) -> str:
@@ -50,6 +51,23 @@ def test_a_fork_has_the_state_and_its_own_sandbox(fileops: AgentEnv[object]) -> 
         twin.close()
     obs, *_ = fileops.step(bash("cat mark.txt"))  # closing the fork leaves the original playing
     assert "before" in obs
+
+
+async def test_an_env_made_with_shared_pools_forks() -> None:
+    """gymnasium.make keeps its kwargs (here the live pools) on the env's spec; a fork shares the spec."""
+    pools = Pools(size=0)
+    made = gymnasium.make("envfarm/ToolCalc-v0", backend="bwrap", pools=pools)
+    env: AgentEnv[object] = made.unwrapped  # type: ignore[assignment]
+    try:
+        await env.areset(seed=0)
+        twin = await env.afork()
+        try:
+            assert twin.spec is env.spec and twin.sandbox is not env.sandbox and twin.task == env.task
+        finally:
+            await twin.aclose()
+    finally:
+        await env.aclose()
+        await pools.aclose()
 
 
 @pytest.mark.parametrize("env_id", ["envfarm/ToolCalc-v0", "envfarm/FileOps-v0", "envfarm/OrderDesk-v0",
