@@ -20,6 +20,8 @@ Every task that does not validate gets one reason from :data:`REASONS`:
 ``verifier-failed``   the no-op agent scored above 0 (the tests pass an untouched task), or the verifier
                       wrote no reward
 ``oracle-failed``     the oracle's run scored below 1
+``task-incomplete``   the oracle failed on files the verifier reads that the task does not ship (defects.py)
+``needs-privileges``  the oracle failed and the Dockerfile sets a setuid/setgid bit, which sandboxes ignore
 ``timeout``           the oracle or the verifier ran past its timeout
 ``flaky``             the oracle's ``repeat`` runs scored differently
 ``unknown``           anything else (the detail says what happened)
@@ -45,12 +47,13 @@ from typing import Any, Literal
 from envfarm.errors import ConfigError, FarmError, HarborTaskError, InfraError
 from envfarm.sandbox import DEFAULT_BACKEND
 
+from .defects import DEFECTS, task_defect
 from .janitor import Janitor
 
 log = logging.getLogger(__name__)
 
-REASONS = ("needs-network", "unsupported-base", "build-failed", "verifier-failed", "oracle-failed", "timeout",
-           "flaky", "unknown")
+REASONS = ("needs-network", "unsupported-base", "build-failed", "verifier-failed", "oracle-failed", *DEFECTS,
+           "timeout", "flaky", "unknown")
 NETWORK = re.compile(r"Temporary failure in name resolution|Name or service not known|Network is unreachable|"
                      r"Could not resolve host|Failed to establish a new connection|Connection refused")
 """Evidence in a failing oracle run's output that it reached for the internet."""
@@ -212,6 +215,9 @@ async def validate_one(task: Any, config: ValidateConfig, progress: ProgressFn |
         why = "timeout" if isinstance(e, TimeoutError) else "unknown"
         return row(True, why, f"{type(e).__name__}: {_first_lines(str(e))}", runs, image.python)
     reason, detail = judge(runs, has_oracle=bool(task.has_solution), internet=internet)
+    defect = task_defect(task.path, _output(runs)) if reason == "oracle-failed" else None
+    if defect is not None:
+        reason, detail = defect[0], f"{defect[1]}; {detail}"
     return row(True, reason, detail, runs, image.python)
 
 
@@ -267,7 +273,7 @@ def judge(runs: _Runs, has_oracle: bool, internet: bool = False) -> tuple[str | 
         return None, ""
     info = runs.infos[0] if runs.infos else {}
     why = str(info.get("reason") or "")
-    output = str(info.get("verifier_output") or info.get("output") or "")
+    output = _output(runs)
     if "timeout" in why or "timed out" in why:
         return "timeout", why
     if "reward" in why and ("missing" in why or "empty" in why or "no " in why):
@@ -278,6 +284,12 @@ def judge(runs: _Runs, has_oracle: bool, internet: bool = False) -> tuple[str | 
         return "needs-network", f"the oracle's run reached for the network{asked}: {_last_lines(output)}"
     evidence = failures or _last_lines(output)
     return "oracle-failed", f"oracle reward {runs.oracle[0]:g}; {why} {evidence}".strip()
+
+
+def _output(runs: _Runs) -> str:
+    """The first oracle run's verifier output."""
+    info = runs.infos[0] if runs.infos else {}
+    return str(info.get("verifier_output") or info.get("output") or "")
 
 
 _TEST_FAILED = re.compile(r"^(FAILED \S+|=+ .*\b\d+ failed\b.* =+|--- FAIL: \S+)", re.MULTILINE)
@@ -363,8 +375,11 @@ def markdown(run_id: str, rows: Sequence[TaskRow]) -> str:
     with_oracle = [r for r in rows if r.oracle_reward is not None]
     ok = sum(r.oracle_reward == 1.0 for r in with_oracle)
     reasons = Counter(r.reason for r in rows if r.reason)
+    defective = sum(r.reason in DEFECTS for r in with_oracle)
+    sound = f" ({ok} of {len(with_oracle) - defective} without a task defect)" if defective else ""
     lines = [f"# Harbor validation: {run_id}", "",
-             f"{len(rows)} tasks: {built} built; oracle 1 on {ok} of {len(with_oracle)} with a solution; "
+             f"{len(rows)} tasks: {built} built; oracle 1 on {ok} of {len(with_oracle)} with a solution"
+             f"{sound}; "
              f"no-op 0 on {sum(r.noop_reward == 0 for r in rows)} of {built} built; "
              f"{sum(r.validated for r in rows)} validate.", ""]
     if reasons:

@@ -63,6 +63,9 @@ def test_reports_hold_every_row_and_count_reasons(tmp_path: Path) -> None:
     assert "3 tasks: 2 built; oracle 1 on 1 of 2 with a solution" in text
     assert "| needs-network | 1 |" in text and "| oracle-failed | 1 |" in text
     assert "| c | yes | 0 | 0 | 3.13 | oracle-failed | a / b | 4.0 |" in markdown("r1", rows)
+    broken = TaskRow("d", True, 0.0, 0.0, "task-incomplete", "reads /tests/data/x", 4.0, "3.11")
+    summary = "oracle 1 on 1 of 3 with a solution (1 of 2 without a task defect)"
+    assert summary in markdown("r1", [*rows, broken])
 
 
 def test_a_written_row_is_what_a_resumed_run_reads(tmp_path: Path) -> None:
