@@ -119,12 +119,16 @@ def main() -> None:
 
 
 def mutant_seconds(work: Path) -> dict[str, dict[str, float]]:
-    """Per project, the seconds its mutants' test runs took, per verdict (from the work folder)."""
+    """Per project, the seconds its mutants' test runs took, per verdict (from the work folder; a line torn
+    by a run that was killed is skipped, as the resumed run skipped it)."""
     out: dict[str, dict[str, float]] = {}
     for path in sorted(work.glob("*/mutants.jsonl")):
         per: Counter[str] = Counter()
         for line in path.read_text().splitlines():
-            data = json.loads(line)
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError:
+                continue
             per[data["verdict"]] += data.get("duration_s") or 0.0
         out[path.parent.name] = {k: round(v, 1) for k, v in sorted(per.items())}
     return out
