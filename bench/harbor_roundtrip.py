@@ -3,7 +3,8 @@ loader, and run again through ``envfarm/Harbor-v0`` (oracle 1, no-op 0 on every 
 the ``envfarm harbor validate`` report with the loader's count.
 
     python bench/harbor_roundtrip.py --name builtin --work DIR                     # the 42 built-in tasks
-    python bench/harbor_roundtrip.py --name catalogue --work DIR --instances CATALOGUE [--limit 200]
+    python bench/harbor_roundtrip.py --name catalogue --work DIR --instances CATALOGUE [--limit 200] \
+        [--repo-source WORK/repos --specs WORK/specs]      # a mining work folder: no rebuild of the repos
     python bench/harbor_roundtrip.py --name flask --work DIR --instances ROWS --repo-source MIRRORS \\
         --instance-ids pallets__flask-4992 ...
 
@@ -51,10 +52,11 @@ def export(args: argparse.Namespace, out: Path) -> list[str]:
     from envfarm.envs.code_repair.harbor_export import export_harbor
 
     ids = args.instance_ids or None
-    env = CodeRepairEnv(tasks=args.instances, instance_ids=ids, repo_source=args.repo_source)
+    source = {"repo_source": args.repo_source, "specs": args.specs}
+    env = CodeRepairEnv(tasks=args.instances, instance_ids=ids, **source)
     if args.limit and len(env.plans) > args.limit:
         keep = sorted(p.instance.instance_id for p in env.plans)[: args.limit]
-        env = CodeRepairEnv(tasks=args.instances, instance_ids=keep, repo_source=args.repo_source)
+        env = CodeRepairEnv(tasks=args.instances, instance_ids=keep, **source)
     done = asyncio.run(export_harbor(env, out))
     return sorted(e.folder.name for e in done)
 
@@ -97,6 +99,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--instances", type=Path, default=None, help="default: the built-in tasks")
     parser.add_argument("--instance-ids", nargs="*", default=[])
     parser.add_argument("--repo-source", default=None)
+    parser.add_argument("--specs", nargs="*", default=[], help="spec folders (a mining work folder's specs/)")
     parser.add_argument("--limit", type=int, default=0, help="the first N instance ids (0: all)")
     parser.add_argument("--max-workers", type=int, default=2)
     parser.add_argument("--backend", default=DEFAULT_BACKEND)
