@@ -1,8 +1,9 @@
 """The in-sandbox agent: one long-lived, stdlib-only Python process per sandbox.
 
-The host starts it once (``python3 -c SOURCE`` through one ``docker exec -i`` or bwrap pipe) and then talks
-to it with one JSON object per line in each direction. It stays silent until the first request, so nothing
-can be lost in a half-read HTTP upgrade. Requests carry an ``id``; every answer repeats it.
+The host starts it once (``python3 -c BOOT``, which reads this source from the pipe first: see
+``agent_io.AGENT_BOOT``) and then talks to it with one JSON object per line in each direction. It stays
+silent until the first request, so nothing can be lost in a half-read HTTP upgrade. Requests carry an
+``id``; every answer repeats it.
 
     {"id": 1, "op": "ping"}
     {"id": 2, "op": "exec", "argv": [...], "cwd": "/workspace", "env": {...}, "timeout": 5, "max_output": N}
@@ -22,16 +23,21 @@ per stream is drained and dropped (``truncated``). A command that cannot start a
 like a shell.
 
 This file must stay importable with nothing but the standard library of Python >= 3.9: it runs inside
-images built from any Debian suite.
+images built from any Debian suite. It also stays small in memory, since thousands of idle sandboxes each
+hold one: C modules instead of the ``json``, ``base64``, ``signal`` and ``ctypes`` packages (which pull in
+re and enum), and the heap the start freed handed back (``trim``).
 """
 
-import base64
-import json
+import binascii
 import os
 import select
-import signal
 import sys
 import time
+
+try:  # the C module: the ``signal`` wrapper imports enum, a megabyte of every idle sandbox
+    import _signal as signal
+except ImportError:  # pragma: no cover - a Python without it
+    import signal
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
@@ -42,17 +48,100 @@ EXIT_GRACE_S = 0.05  # after the command exits, wait this long for its pipes to 
 STDIN = 0
 
 
+def libc_function(name):
+    """A libc function taking and returning C ints, through ``_ctypes`` alone: the ``ctypes`` package
+    costs every idle sandbox half a megabyte. None when there is no such function."""
+    try:
+        import _ctypes
+
+        class Int(_ctypes._SimpleCData):
+            _type_ = "i"
+
+        class Function(_ctypes.CFuncPtr):
+            _flags_ = _ctypes.FUNCFLAG_CDECL
+            _restype_ = Int
+
+        class Libc:
+            _handle = _ctypes.dlopen(None)
+
+        return Function((name, Libc()))
+    except (ImportError, OSError, AttributeError, TypeError):  # pragma: no cover - non-Linux or no libc
+        return None
+
+
 def harden():
     """Child subreaper (orphans of commands come back to us and die with their exec) and non-dumpable
     (commands run as our uid: without this they could open /proc/<agent>/fd and write to our pipes)."""
-    try:
-        import ctypes
+    prctl = libc_function("prctl")
+    if prctl is None:  # pragma: no cover - non-Linux or no libc
+        return
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-    except (OSError, AttributeError):  # pragma: no cover - non-Linux or no libc
-        pass
+
+def trim():
+    """Hand the heap the interpreter freed at start (compiling this file) back to the kernel: with
+    thousands of idle sandboxes, each megabyte kept is gigabytes."""
+    malloc_trim = libc_function("malloc_trim")
+    if malloc_trim is not None:
+        malloc_trim(0)
+
+
+# ------------------------------------------------------------------------------------------------- json
+
+
+class JsonContext:
+    """What ``_json.make_scanner`` reads from ``json.JSONDecoder``: the defaults of ``json.loads``."""
+
+    strict = True
+    object_hook = object_pairs_hook = None
+    parse_float, parse_int = float, int
+    parse_constant = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}.__getitem__
+    memo = {}
+
+
+class Json:
+    """``json.loads``/``dumps`` on the C accelerator alone: the ``json`` package imports re and enum, a
+    megabyte more in every idle sandbox. Falls back to the package where the accelerator is missing."""
+
+    def __init__(self):
+        try:
+            import _json
+
+            self.quote = _json.encode_basestring_ascii
+            self.scan = _json.make_scanner(JsonContext())
+        except (ImportError, AttributeError):  # pragma: no cover - a Python built without it
+            import json
+
+            self.quote = self.scan = None
+            self.loads, self.dumps = json.loads, lambda obj: json.dumps(obj, separators=(",", ":"))
+
+    def loads(self, line):
+        text = line.decode("utf-8").strip(" \t\r\n")
+        try:
+            obj, end = self.scan(text, 0)
+        except StopIteration as e:
+            raise ValueError("Expecting value at char %s" % e.value) from None
+        if end != len(text):
+            raise ValueError("Extra data at char %d" % end)
+        return obj
+
+    def dumps(self, obj):
+        """Compact JSON of the agent's answers: dicts, lists, str, int, float, bool and None."""
+        if isinstance(obj, str):
+            return self.quote(obj)
+        if obj is None or obj is True or obj is False:
+            return "null" if obj is None else "true" if obj else "false"
+        if isinstance(obj, (int, float)):
+            return repr(obj) if obj == obj and obj not in (float("inf"), float("-inf")) else "null"
+        if isinstance(obj, dict):
+            return "{%s}" % ",".join("%s:%s" % (self.quote(str(k)), self.dumps(v)) for k, v in obj.items())
+        if isinstance(obj, (list, tuple)):
+            return "[%s]" % ",".join(self.dumps(v) for v in obj)
+        raise TypeError("cannot encode %s as JSON" % type(obj).__name__)
+
+
+JSON = Json()
 
 
 class Lines:
@@ -89,7 +178,7 @@ class Lines:
 
 
 def send(obj):
-    data = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+    data = (JSON.dumps(obj) + "\n").encode()
     view = memoryview(data)
     while view:
         n = os.write(1, view)
@@ -357,7 +446,7 @@ def read_control(lines, current_id, poller):
         if line is None:
             break
         try:
-            msg = json.loads(line)
+            msg = JSON.loads(line)
         except ValueError:
             continue
         if msg.get("op") == "cancel" and msg.get("target") in (None, current_id):
@@ -377,7 +466,7 @@ def run_read(req, _lines):
         f.seek(int(req.get("offset") or 0))
         data = f.read(int(req.get("size") or 1 << 22))
     end = int(req.get("offset") or 0) + len(data)
-    return {"data": base64.b64encode(data).decode(), "size": size, "eof": end >= size}
+    return {"data": binascii.b2a_base64(data, newline=False).decode(), "size": size, "eof": end >= size}
 
 
 def run_write(req, _lines):
@@ -385,7 +474,7 @@ def run_write(req, _lines):
     parent = os.path.dirname(path)
     if parent:
         os.makedirs(parent, exist_ok=True)
-    data = base64.b64decode(req.get("data") or "")
+    data = binascii.a2b_base64(req.get("data") or "")
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if req.get("append") else os.O_TRUNC)
     fd = os.open(path, flags, int(req.get("mode") or 0o644))
     try:
@@ -420,6 +509,7 @@ def handle(req, lines):
 
 def main():
     harden()
+    trim()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # an inherited SIG_IGN would auto-reap our children
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     # No handler for any signal: as PID 1 of the sandbox's pid namespace (both backends start us so) the
@@ -432,7 +522,7 @@ def main():
         if line is None:
             return
         try:
-            req = json.loads(line)
+            req = JSON.loads(line)
         except ValueError as e:
             send({"id": None, "ok": False, "kind": "ValueError", "error": "bad request: %s" % e})
             continue

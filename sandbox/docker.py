@@ -41,7 +41,7 @@ from docker.types import Mount
 from envfarm import config
 from envfarm.errors import BackendUnavailable, ImageNotFound, SandboxStartError, tail
 
-from .agent_io import LINE_LIMIT, AgentPipe, agent_argv
+from .agent_io import LINE_LIMIT, AgentPipe, agent_argv, agent_preamble
 from .base import Backend, Handle, Sandbox, SandboxSpec
 from .dockerutil import client
 from .fork import CowFiles, path_specs, store
@@ -202,6 +202,7 @@ class DockerBackend(Backend):
             cid = await asyncio.to_thread(self._create, name, image, spec)
             pipe = await DockerStreamPipe.attach(cid, client().api._version)
             await asyncio.to_thread(client().api.start, cid)
+            await pipe.send(agent_preamble())  # the agent's source: what its boot program reads first
         except BaseException as e:
             await asyncio.shield(self._discard(name, spec.sandbox_id))
             if isinstance(e, (APIError, OSError)):
