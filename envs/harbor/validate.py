@@ -303,10 +303,11 @@ def _failures(output: str, limit: int = 400) -> str:
     return " | ".join(found[-4:])[-limit:]
 
 
-TEMP_NAMES = ((re.compile(r"/tmp/envfarm-verify-[0-9a-f]+"), "VERIFY"),
+TEMP_NAMES = ((re.compile(r"[\w./]*envfarm-verify-[0-9a-f]+"), "VERIFY"),
               (re.compile(r"/tmp/envfarm-wheelhouse"), "WHEELHOUSE"),
               (re.compile(r"/tmp/[\w.-]+(?=/)"), "TMP"))
-"""Temporary folders in a detail, by placeholder: the verifier's folder, the build's wheelhouse, any other."""
+"""Temporary folders in a detail, by placeholder: the verifier's folder (with the relative or cut-off prefix a
+runner may print before it), the build's wheelhouse, any other."""
 
 
 def placeholders(text: str, tasks: Path) -> str:

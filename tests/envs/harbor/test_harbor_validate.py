@@ -140,6 +140,8 @@ def test_temporary_folders_are_written_by_placeholder(tmp_path: Path) -> None:
             f"Processing /tmp/envfarm-wheelhouse/pytest-8.4.1.whl | {tmp_path}/t/instruction.md")
     assert placeholders(text, tmp_path) == ("FAILED VERIFY/tests/test_outputs.py::t[TMP/x.csv] | Processing "
                                             "WHEELHOUSE/pytest-8.4.1.whl | TASKS/t/instruction.md")
+    cut = "mp/envfarm-verify-9990ef18/tests/a.py::t | FAILED ../../tmp/envfarm-verify-9990ef18/tests/a.py::u"
+    assert placeholders(cut, tmp_path) == "VERIFY/tests/a.py::t | FAILED VERIFY/tests/a.py::u"
 
 
 def test_the_janitor_runs_small_apt_groups_first(tmp_path: Path) -> None:
