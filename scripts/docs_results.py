@@ -317,7 +317,7 @@ def _harbor_summary(rows: list[dict[str, Any]]) -> list[str]:
         f"packages ({_pct(len(built), len(buildable))})",
         f"- no-op agent 0 on {len(noop_zero)} of {len(built)} built tasks",
         f"- oracle 1 on {len(oracle_one)} of {len(with_oracle)} built tasks with a solution "
-        f"({_pct(len(oracle_one), len(with_oracle))})",
+        f"({_pct(len(oracle_one), len(with_oracle))}){_sound(oracle_one, with_oracle)}",
         f"- {len(rows) - len(buildable) - unloadable} need the network to build or an unsupported base; "
         f"{unloadable} are not complete task folders (no tests/test.sh)",
     ]
@@ -332,6 +332,21 @@ def _roundtrip(found: dict[str, Any] | None) -> list[str]:
             "task loader; oracle 1 and no-op 0 through `envfarm/Harbor-v0` on "
             f"{found['oracle_1_and_noop_0']} (export {found['export_s']:.0f} s, validation "
             f"{found['validate_s']:.0f} s)"]
+
+
+TASK_DEFECTS = ("task-incomplete", "needs-privileges")
+"""Reasons that blame a failing oracle on the task itself (envs/harbor/defects.py)."""
+
+
+def _sound(oracle_one: list[dict[str, Any]], with_oracle: list[dict[str, Any]]) -> str:
+    """The oracle rate among the tasks without a task defect, when some have one."""
+    defects = Counter(r["reason"] for r in with_oracle if r["reason"] in TASK_DEFECTS)
+    if not defects:
+        return ""
+    sound = len(with_oracle) - sum(defects.values())
+    named = ", ".join(f"{n} {k}" for k, n in sorted(defects.items()))
+    return (f"; {len(oracle_one)} of {sound} ({_pct(len(oracle_one), sound)}) without a task defect "
+            f"({named})")
 
 
 def _unloadable(row: dict[str, Any]) -> bool:
