@@ -29,6 +29,12 @@ Every task that does not validate gets one reason from :data:`REASONS`:
 
 A task without ``solution/solve.sh`` has no oracle: its ``oracle_reward`` is null and it validates when it
 builds and the no-op agent scores 0.
+
+A dataset too big to validate whole is estimated from a random sample: ``ValidateConfig(sample=N, seed=S)``
+validates N of the task folders (:func:`sample_dirs`: ``random.Random(S)`` over the folder names, sorted,
+after ``task_ids``), so a resumed run with the same sample and seed picks the same tasks; ``validate.json``
+records ``"sample": {"n", "seed", "of"}`` and ``validate.md`` says "a random sample of N of M tasks (seed
+S)". What can be told without building anything is :mod:`.check`'s (``envfarm harbor check``).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import re
 import time
 from collections import Counter
@@ -101,11 +108,29 @@ class ValidateConfig:
     backend: str = DEFAULT_BACKEND
     prune_images: bool = False
     """Remove what each task built once no task left in the run needs it (:mod:`.janitor`)."""
+    sample: int | None = None
+    """Validate a random sample of this many task folders (None: every one): :func:`sample_dirs`."""
+    seed: int = 0
+    """Seeds the sample: the same seed picks the same tasks (a resumed run too)."""
 
     def __post_init__(self) -> None:
         if self.max_workers < 1 or self.repeat < 1:
             raise ConfigError(f"max_workers and repeat must be at least 1, got {self.max_workers} and "
                               f"{self.repeat}")
+        if self.sample is not None and self.sample < 1:
+            raise ConfigError(f"sample must be at least 1 task, got {self.sample}; leave it out to validate "
+                              "every task")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The random sample a run validated (``validate.json``'s ``"sample"``)."""
+
+    n: int
+    """Tasks in the sample (all of them when the sample asked for more)."""
+    seed: int
+    of: int
+    """Tasks it was drawn from (after ``task_ids``)."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +139,8 @@ class Validation:
     rows: tuple[TaskRow, ...]
     json_path: Path
     markdown_path: Path
+    sample: Sample | None = None
+    """The random sample validated; None when every task was."""
 
     @property
     def reasons(self) -> Counter[str]:
@@ -145,7 +172,9 @@ async def validate_tasks(config: ValidateConfig, progress: ProgressFn | None = N
     """Validate every task of ``config`` (``max_workers`` at once); write validate.json and validate.md."""
     from .task import select_dirs
 
-    folders = await asyncio.to_thread(select_dirs, config.tasks, list(config.task_ids) or None)
+    every = await asyncio.to_thread(select_dirs, config.tasks, list(config.task_ids) or None)
+    folders = sample_dirs(every, config.sample, config.seed)
+    sample = None if config.sample is None else Sample(len(folders), config.seed, len(every))
     rows_dir = config.report_dir / "runs" / config.run_id
     await asyncio.to_thread(rows_dir.mkdir, parents=True, exist_ok=True)
     order, janitor = await Janitor.plan(folders) if config.prune_images else (folders, None)
@@ -168,8 +197,18 @@ async def validate_tasks(config: ValidateConfig, progress: ProgressFn | None = N
         for f in order:
             group.create_task(one(f))
     rows = tuple(rows_by[f] for f in folders)
-    paths = await asyncio.to_thread(write_reports, config.report_dir, config.run_id, rows)
-    return Validation(config.run_id, rows, *paths)
+    paths = await asyncio.to_thread(write_reports, config.report_dir, config.run_id, rows, sample)
+    return Validation(config.run_id, rows, *paths, sample=sample)
+
+
+def sample_dirs(folders: Sequence[Path], n: int | None, seed: int = 0) -> list[Path]:
+    """``n`` of ``folders`` drawn by ``random.Random(seed)`` from them sorted by name, returned sorted by
+    name; all of them when ``n`` is None or at least their number. The same folders and seed give the same
+    sample."""
+    ordered = sorted(folders, key=lambda f: f.name)
+    if n is None or n >= len(ordered):
+        return ordered
+    return sorted(random.Random(seed).sample(ordered, n), key=lambda f: f.name)
 
 
 async def _loaded_and_validated(folder: Path, config: ValidateConfig, progress: ProgressFn | None,
@@ -180,9 +219,14 @@ async def _loaded_and_validated(folder: Path, config: ValidateConfig, progress: 
     try:
         task = await asyncio.to_thread(load_task, folder)
     except HarborTaskError as e:
-        reason = "verifier-failed" if "test.sh" in str(e) else "unknown"
-        return TaskRow(folder.name, False, None, None, reason, _first_lines(str(e)), 0.0)
+        return TaskRow(folder.name, False, None, None, *load_failure(e), 0.0)
     return await validate_one(task, config, progress, janitor)
+
+
+def load_failure(error: HarborTaskError) -> tuple[str, str]:
+    """The reason and detail of a task folder that does not load: without tests/test.sh it has no verifier
+    (``verifier-failed``); anything else is ``unknown``."""
+    return "verifier-failed" if "test.sh" in str(error) else "unknown", _first_lines(str(error))
 
 
 async def validate_one(task: Any, config: ValidateConfig, progress: ProgressFn | None = None,
@@ -361,16 +405,19 @@ def _write_row(rows_dir: Path, row: TaskRow) -> None:
     tmp.replace(path)
 
 
-def write_reports(report_dir: Path, run_id: str, rows: Sequence[TaskRow]) -> tuple[Path, Path]:
-    """``validate.json`` (``{"run_id", "rows": [...]}``) and ``validate.md`` in ``report_dir``."""
+def write_reports(report_dir: Path, run_id: str, rows: Sequence[TaskRow],
+                  sample: Sample | None = None) -> tuple[Path, Path]:
+    """``validate.json`` (``{"run_id", "sample", "rows": [...]}``; ``"sample"`` is ``{"n", "seed", "of"}``
+    or null) and ``validate.md`` in ``report_dir``."""
     report_dir.mkdir(parents=True, exist_ok=True)
     json_path, md_path = report_dir / "validate.json", report_dir / "validate.md"
-    json_path.write_text(json.dumps({"run_id": run_id, "rows": [asdict(r) for r in rows]}, indent=1))
-    md_path.write_text(markdown(run_id, rows))
+    data = {"run_id": run_id, "sample": asdict(sample) if sample else None, "rows": [asdict(r) for r in rows]}
+    json_path.write_text(json.dumps(data, indent=1))
+    md_path.write_text(markdown(run_id, rows, sample))
     return json_path, md_path
 
 
-def markdown(run_id: str, rows: Sequence[TaskRow]) -> str:
+def markdown(run_id: str, rows: Sequence[TaskRow], sample: Sample | None = None) -> str:
     """A summary line, the counts per reason and one table row per task."""
     built = sum(r.built for r in rows)
     with_oracle = [r for r in rows if r.oracle_reward is not None]
@@ -378,8 +425,10 @@ def markdown(run_id: str, rows: Sequence[TaskRow]) -> str:
     reasons = Counter(r.reason for r in rows if r.reason)
     defective = sum(r.reason in DEFECTS for r in with_oracle)
     sound = f" ({ok} of {len(with_oracle) - defective} without a task defect)" if defective else ""
+    which = (f"a random sample of {sample.n} of {sample.of} tasks (seed {sample.seed})" if sample
+             else f"{len(rows)} tasks")
     lines = [f"# Harbor validation: {run_id}", "",
-             f"{len(rows)} tasks: {built} built; oracle 1 on {ok} of {len(with_oracle)} with a solution"
+             f"{which}: {built} built; oracle 1 on {ok} of {len(with_oracle)} with a solution"
              f"{sound}; "
              f"no-op 0 on {sum(r.noop_reward == 0 for r in rows)} of {built} built; "
              f"{sum(r.validated for r in rows)} validate.", ""]
@@ -400,5 +449,6 @@ def num(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
-__all__ = ["REASONS", "Event", "TaskRow", "ValidateConfig", "Validation", "judge", "markdown", "num",
-           "placeholders", "run_episode", "validate_one", "validate_tasks", "write_reports"]
+__all__ = ["REASONS", "Event", "Sample", "TaskRow", "ValidateConfig", "Validation", "error_detail", "judge",
+           "load_failure", "markdown", "num", "placeholders", "run_episode", "sample_dirs", "validate_one",
+           "validate_tasks", "write_reports"]

@@ -183,3 +183,72 @@ def test_pruning_removes_each_groups_images_and_exports_once_its_rows_are_writte
     assert left == []
     exports = [rootfs.read_marker(p) for p in rootfs.rootfs_dir().glob("img-*") if p.is_dir()]
     assert [m for m in exports if m and tag in str(m.get("name"))] == []
+
+
+# ------------------------------------------------------------------------------------------------ --sample
+
+
+def test_a_sample_is_the_same_for_the_same_seed_and_all_when_it_asks_for_more(tmp_path: Path) -> None:
+    from envfarm.envs.harbor.validate import sample_dirs
+
+    folders = [tmp_path / f"t{i:02d}" for i in range(20)]
+    shuffled = folders[7:] + folders[:7]
+    picked = sample_dirs(folders, 5, seed=1)
+    assert len(picked) == 5 and picked == sorted(picked) and set(picked) <= set(folders)
+    assert sample_dirs(shuffled, 5, seed=1) == picked  # drawn from the names sorted, not the given order
+    assert {tuple(sample_dirs(folders, 5, seed=s)) for s in range(5)} != {tuple(picked)}
+    assert sample_dirs(folders, 5) == sample_dirs(folders, 5, seed=0)
+    assert sample_dirs(shuffled, 20, seed=3) == sample_dirs(shuffled, 99) == folders
+    assert sample_dirs(shuffled, None) == folders
+
+
+def test_config_refuses_an_empty_sample(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="sample must be at least 1"):
+        ValidateConfig(tasks=tmp_path, report_dir=tmp_path, sample=0)
+
+
+CURLS = "FROM python:3.11-slim\nRUN curl -fsSL https://example.org/tool.sh | sh\n"
+
+
+def test_a_sampled_run_records_its_sample_and_resumes_the_same_tasks(tmp_path: Path) -> None:
+    """Tasks that download in their Dockerfile stop before any build, so no docker is needed here."""
+    from harbor_tasks import write_task
+
+    from envfarm.envs.harbor.validate import Sample, sample_dirs, validate_tasks
+
+    tasks = tmp_path / "tasks"
+    for i in range(6):
+        (write_task(tasks, f"t{i}") / "environment" / "Dockerfile").write_text(CURLS)
+    config = ValidateConfig(tasks=tasks, report_dir=tmp_path / "r", task_ids=("t0", "t1", "t2", "t3", "t4"),
+                            run_id="s", sample=2, seed=7)
+    result = asyncio.run(validate_tasks(config))
+    expected = [f.name for f in sample_dirs([tasks / f"t{i}" for i in range(5)], 2, seed=7)]
+    assert [r.task for r in result.rows] == expected
+    assert {r.reason for r in result.rows} == {"needs-network"}
+    assert result.sample == Sample(n=2, seed=7, of=5)
+    data = json.loads(result.json_path.read_text())
+    assert data["sample"] == {"n": 2, "seed": 7, "of": 5} and len(data["rows"]) == 2
+    assert "a random sample of 2 of 5 tasks (seed 7): 0 built;" in result.markdown_path.read_text()
+    assert asyncio.run(validate_tasks(config)).rows == result.rows
+    whole = asyncio.run(validate_tasks(ValidateConfig(tasks=tasks, report_dir=tmp_path / "w")))
+    assert json.loads(whole.json_path.read_text())["sample"] is None and whole.sample is None
+    assert "6 tasks: 0 built;" in whole.markdown_path.read_text()
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_the_command_validates_a_sample_of_one(tmp_path: Path) -> None:
+    """Real: ``harbor validate --sample 1`` over the two tasks of tests/envs/harbor/tasks (their images are
+    the env tests' too) builds and runs one of them and says so."""
+    from typer.testing import CliRunner
+
+    from envfarm.cli import app
+
+    tasks = Path(__file__).parent / "tasks"
+    res = CliRunner().invoke(app, ["harbor", "validate", "--tasks", str(tasks), "--report-dir",
+                                   str(tmp_path / "r"), "--sample", "1", "--seed", "0"])
+    assert res.exit_code == 0, res.output
+    assert "a random sample of 1 of 2 tasks (seed 0)" in res.output and "validated 1/1" in res.output
+    data = json.loads((tmp_path / "r" / "validate.json").read_text())
+    assert data["sample"] == {"n": 1, "seed": 0, "of": 2}
+    assert [(r["oracle_reward"], r["noop_reward"]) for r in data["rows"]] == [(1.0, 0.0)]
