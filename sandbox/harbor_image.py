@@ -96,15 +96,7 @@ def ensure_task_image(
     prebuilt = _prebuilt(task_dir)
     if prebuilt is not None:
         return prebuilt
-    dockerfile = task_dir / "environment" / "Dockerfile"
-    if not dockerfile.is_file():
-        raise HarborImageError(name, BUILD_FAILED, f"{dockerfile} is missing",
-                               "a Harbor task folder needs environment/Dockerfile")
-    translation = translate_file(dockerfile)
-    if translation.issues:
-        first = translation.issues[0]
-        raise HarborImageError(name, first.reason, f"line {first.line}: {first.detail}",
-                               _fix(first.reason), translation.reasons)
+    translation = translate_task(task_dir)
     test_sh = task_dir / "tests" / "test.sh"
     tools = verifier_requirements(test_sh.read_text(errors="replace")) if test_sh.is_file() else ()
     try:
@@ -114,6 +106,23 @@ def ensure_task_image(
     except ImageBuildError as e:
         raise HarborImageError(name, BUILD_FAILED, str(e), "read the build log above; fix the Dockerfile "
                                "or the package names (Debian's, not Ubuntu's)") from e
+
+
+def translate_task(task_dir: Path) -> Translation:
+    """The task's ``environment/Dockerfile`` as the offline builder makes it; HarborImageError with the
+    reason when it cannot be built here (no Dockerfile; the first issue of its translation). The checks
+    :func:`ensure_task_image` makes before any build, and all of ``envfarm harbor check``."""
+    name = Path(task_dir).resolve().name
+    dockerfile = Path(task_dir) / "environment" / "Dockerfile"
+    if not dockerfile.is_file():
+        raise HarborImageError(name, BUILD_FAILED, f"{dockerfile} is missing",
+                               "a Harbor task folder needs environment/Dockerfile")
+    translation = translate_file(dockerfile)
+    if translation.issues:
+        first = translation.issues[0]
+        raise HarborImageError(name, first.reason, f"line {first.line}: {first.detail}",
+                               _fix(first.reason), translation.reasons)
+    return translation
 
 
 async def aensure_task_image(task_dir: Path, *, force: bool = False,
@@ -420,4 +429,5 @@ def discard(ref: str) -> int:
 
 
 __all__ = ["HARBOR_LABEL", "SEED_DIR", "TaskImage", "aensure_task_image", "discard", "ensure_apt_layer",
-           "ensure_task_image", "render", "render_seed_layer", "seed_command", "writable_dirs"]
+           "ensure_task_image", "render", "render_seed_layer", "seed_command", "translate_task",
+           "writable_dirs"]

@@ -7,7 +7,7 @@ anything, in seconds over thousands of tasks.
 
 Per task: the folder is loaded (:func:`.task.load_task`; a malformed one gets the reason validate gives it,
 :func:`.validate.load_failure`), its ``environment/Dockerfile`` translated
-(:func:`envfarm.sandbox.dockerfile.translate_file`). A task is ``offline`` when it loads and its translation
+(:func:`envfarm.sandbox.harbor_image.translate_task`). A task is ``offline`` when it loads and its translation
 needs nothing but Debian and PyPI packages; otherwise it gets the reason and detail validate's build step
 gives it before building: ``needs-network``, ``unsupported-base``, or ``build-failed`` for a missing
 Dockerfile (:func:`static_reason`). An offline task may still fail validate (apt or pip cannot resolve, a
@@ -75,28 +75,18 @@ class Check:
 
 def static_reason(task_dir: Path) -> tuple[str, str] | None:
     """Why validate cannot build the task in ``task_dir``, found without building (None: it can try): the
-    reason and detail its row gets from the checks
-    :func:`envfarm.sandbox.harbor_image.ensure_task_image` makes before any build (the first issue of the
-    Dockerfile's translation; ``build-failed`` when there is no Dockerfile)."""
-    from envfarm.sandbox.dockerfile import BUILD_FAILED, translate_file
+    reason and detail its row gets from the checks the build makes first
+    (:func:`envfarm.sandbox.harbor_image.translate_task`)."""
+    from envfarm.sandbox.harbor_image import translate_task
 
-    name = task_dir.resolve().name
-    dockerfile = task_dir / "environment" / "Dockerfile"
-    if not dockerfile.is_file():
-        return BUILD_FAILED, _image_detail(name, BUILD_FAILED, f"{dockerfile} is missing")
     try:
-        translation = translate_file(dockerfile)
+        translate_task(task_dir)
+    except HarborImageError as e:
+        return e.reason, error_detail(str(e))
     except (OSError, ValueError) as e:
+        dockerfile = task_dir / "environment" / "Dockerfile"
         return "unknown", f"{dockerfile} does not translate: {type(e).__name__}: {e}"
-    if translation.buildable:
-        return None
-    first = translation.issues[0]
-    return first.reason, _image_detail(name, first.reason, f"line {first.line}: {first.detail}")
-
-
-def _image_detail(task: str, reason: str, detail: str) -> str:
-    """The detail of validate's row for the :class:`HarborImageError` the build step raises."""
-    return error_detail(str(HarborImageError(task, reason, detail, "see the line")))
+    return None
 
 
 def check_task(folder: Path) -> CheckRow:
