@@ -8,7 +8,7 @@ One grammar (``tests/test_cli_grammar.py`` walks the whole tree, hidden aliases 
 
 - Noun, then verb: ``images build|list|prune`` (``--harness``: the harness's images),
   ``envs list|check|serve``, ``policy serve``, ``sandbox exec|gc|list``, ``tasks mine|recipes|repos|export``,
-  ``harness run|validate|plan``, ``harbor validate``, ``farm run|receive``; the day-to-day verbs stand
+  ``harness run|validate|plan``, ``harbor check|validate``, ``farm run|receive``; the day-to-day verbs stand
   alone: ``eval``, ``train``, ``demo``, ``doctor``, ``dashboard``. ``list``, never ``ls``.
 - One meaning per option name, in every command: a flag everywhere or a value of one type everywhere.
   ``--out DIR`` is always a folder the command writes into; a single file a command writes is named for what
