@@ -77,6 +77,19 @@ shift 2
 exec "$@"
 """
 
+# Runs as root in a mount namespace of its own that is a slave of the host's (``unshare --mount
+# --propagation slave``): mounts the host makes later, such as a fork's new overlays, still propagate in,
+# and nothing done here propagates out. $1 = the layer store, $2 = this sandbox's folder in it, $3 = where
+# to show that folder instead; then the command to exec. Why: bwrap reads /proc/self/mountinfo about a dozen
+# times while it sets a sandbox up, and every live sandbox adds six mounts to the host's table (three tmpfs
+# layers, three overlays); with the store in view, each start would cost time in proportion to the
+# sandboxes already live (a 1,000th sandbox already spent half a second of CPU there).
+HIDE_SCRIPT = r"""mount --rbind "$2" "$3" && umount --lazy "$1" || {
+  echo "envfarm: cannot hide the layer store $1" >&2; exit 125; }
+shift 3
+exec "$@"
+"""
+
 
 @dataclass(frozen=True, kw_only=True)
 class BwrapConfig:
@@ -134,15 +147,23 @@ def bwrap_args(rootfs: Path, limits: Limits, command: Sequence[str], path: str =
 
 
 def host_argv(setpriv: str, bwrap: str, host_uid: int, procs_files: Sequence[str], limits: Limits,
-              args: Sequence[str]) -> list[str]:
-    """The full host command: join the cgroup and set rlimits as root, drop to ``host_uid``, exec bwrap."""
+              args: Sequence[str], hide: Sequence[str] = ()) -> list[str]:
+    """The full host command: join the cgroup and set rlimits as root, drop to ``host_uid``, exec bwrap.
+
+    ``hide``: ``unshare``, the layer store, the sandbox's folder in it and the folder to show it at: bwrap
+    then starts where the store is unmounted and the sandbox's own folder shown instead (``HIDE_SCRIPT``)."""
     # one MiB above the tmpfs size, so a full tmpfs answers ENOSPC (an error a program can handle) before
     # the cap's SIGXFSZ; the cap is a backstop for any writable place without a size of its own
     fsize_blocks = str((limits.disk_mb + 1) * 2048)  # 512-byte blocks
     drop = [setpriv, f"--reuid={host_uid}", f"--regid={host_uid}", "--clear-groups", "--inh-caps=-all",
             "--bounding-set=-all", "--nnp", "--"]
+    hiding = []
+    if hide:
+        unshare, *folders = hide
+        hiding = [unshare, "--mount", "--propagation", "slave", "--", "/bin/sh", "-c", HIDE_SCRIPT,
+                  "envfarm-hide", *folders]
     return ["/bin/sh", "-c", JOIN_SCRIPT, "envfarm-sandbox", str(len(procs_files)), *procs_files,
-            fsize_blocks, str(limits.open_files), *drop, bwrap, *args]
+            fsize_blocks, str(limits.open_files), *hiding, *drop, bwrap, *args]
 
 
 def check_rootfs(rootfs: Path, host_uid: int) -> Path:
@@ -243,6 +264,8 @@ class BwrapBackend(Backend):
             raise ConfigError(f"bad bwrap backend option ({e}); known options: {known}") from e
         self._bwrap = shutil.which("bwrap", path=HOST_ENV["PATH"])
         self._setpriv = shutil.which("setpriv", path=HOST_ENV["PATH"])
+        self._unshare = shutil.which("unshare", path=HOST_ENV["PATH"])  # util-linux, like setpriv
+        self._view: Path | None = None
         self._tree = CgroupTree(Path(self.config.cgroup_root), self.config.cgroup_parent)
         self._rootfs: dict[str | None, Path] = {}
         self._files = CowFiles()
@@ -377,9 +400,10 @@ class BwrapBackend(Backend):
                                     "run `envfarm sandbox gc` if leftovers pile up") from e
         try:
             filter_fd = seccomp_fd()  # BackendUnavailable without libseccomp: never run unfiltered
-            args = bwrap_args(rootfs, spec.limits, agent_argv(cfg.python), cfg.path, filter_fd,
-                              self._files.mounts(spec.sandbox_id))
-            argv = host_argv(self._setpriv, self._bwrap, cfg.host_uid, cgroup.procs_files, spec.limits, args)
+            binds, hide = self._binds(spec.sandbox_id)
+            args = bwrap_args(rootfs, spec.limits, agent_argv(cfg.python), cfg.path, filter_fd, binds)
+            argv = host_argv(self._setpriv, self._bwrap, cfg.host_uid, cgroup.procs_files, spec.limits, args,
+                             hide)
             try:
                 proc = await spawn_agent(argv, env=HOST_ENV, cwd="/", pass_fds=(filter_fd,))
             finally:
@@ -390,6 +414,21 @@ class BwrapBackend(Backend):
                 raise SandboxStartError(f"bwrap sandbox {spec.sandbox_id} did not spawn: {e}") from e
             raise
         return BwrapHandle(ProcessPipe(proc), cgroup, spec.limits, self._files, spec.sandbox_id)
+
+    def _binds(self, sandbox_id: str) -> tuple[dict[str, str], list[str]]:
+        """The sandbox's writable paths (host folder -> inside), as bwrap sees them from the mount namespace
+        ``host_argv(hide=...)`` starts it in, and that ``hide`` argument (empty without ``unshare``)."""
+        mounts = self._files.mounts(sandbox_id)
+        if self._unshare is None or not mounts:
+            return mounts, []
+        if self._view is None:
+            view = store().root.with_name(store().root.name + "-view")
+            view.mkdir(mode=0o711, exist_ok=True)  # an empty folder; each launch shows one sandbox's there
+            self._view = view
+        box = {str(Path(host).parent) for host in mounts}
+        assert len(box) == 1, f"writable paths of {sandbox_id} in several folders: {box}"
+        binds = {str(self._view / Path(host).name): inside for host, inside in mounts.items()}
+        return binds, [self._unshare, str(store().root), box.pop(), str(self._view)]
 
     def _path_specs(self, limits: Limits) -> list[PathSpec]:
         uid = self.config.host_uid  # uid 1000 inside; root inside maps to nothing on the host
