@@ -124,6 +124,27 @@ async def test_host_paths_not_visible(backend: BwrapBackend, tmp_path: Path) -> 
 
 
 @pytest.mark.bwrap
+async def test_bwrap_starts_where_other_sandboxes_mounts_are_out_of_view(backend: BwrapBackend) -> None:
+    """bwrap parses its mount table a dozen times per start: the layer store (six mounts per live sandbox)
+    is unmounted where it starts, so a start costs the same with thousands live; its own paths stay."""
+    from envfarm.sandbox.fork import store
+
+    async with backend.open() as first, backend.open() as second:
+        table = await asyncio.to_thread(Path(f"/proc/{handle(second).pid}/mountinfo").read_text)  # bwrap's
+        points = [line.split()[4] for line in table.splitlines()]
+        assert not [p for p in points if p.startswith(f"{store().root}/")], "the layer store is in view"
+        assert not [p for p in points if first.id in p]
+        assert len([p for p in points if p.startswith(f"{store().root}-view/")]) >= 3  # its own paths
+        await second.exec("echo kept > /workspace/f", check=True)
+        child = await second.fork()  # the host mounts the parent's fresh overlays: they must propagate
+        await second.exec("echo after > /workspace/g", check=True)
+        assert (await second.exec("cat /workspace/f /workspace/g")).stdout == "kept\nafter\n"
+        assert (await child.exec("ls /workspace")).stdout == "f\n"
+        await child.close()
+        assert (await first.exec("ls /workspace")).stdout == ""
+
+
+@pytest.mark.bwrap
 async def test_network_is_loopback_only(backend: BwrapBackend) -> None:
     async with backend.open() as sb:
         res = await sb.exec("tail -n +3 /proc/net/dev | cut -d: -f1; ls /sys/class/net 2>/dev/null || true",
