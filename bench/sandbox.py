@@ -4,6 +4,16 @@
     python bench/sandbox.py --quick              # small sizes, a smoke run
     python bench/sandbox.py --steps-only         # only the step latency (the filters' cost), seconds
     python bench/sandbox.py --backends bwrap --out bench/results/sandbox.json
+    python bench/sandbox.py --live-only          # the live-count load test: 5,000 bwrap (forks), 1,000 docker
+    python bench/sandbox.py --live-only --backends bwrap --live 500 --via open
+
+``--live-only`` (``bench/sandbox_live.py``) opens ``--live`` sandboxes in bounded batches (``--via fork``,
+bwrap's default: one prepared parent and forks of it, which share its layers), holds them all live at
+once, checks that every one answers ``echo ok``, reports open seconds and MiB per sandbox (host
+MemAvailable drop, and PSS of the processes of a few sandboxes), then closes them all and checks that
+nothing is left (containers, bwrap processes, cgroups, layer store entries). It stops opening early, and
+says which resource ran short, when host memory, file descriptors, process ids or its time budget would
+run out (the machine is shared).
 
 Ratios are measured within one run (this machine is shared and noisy): the step round trip of
 ``exec(["true"])`` is compared with a host ``posix_spawn`` of ``true`` timed in the same process, minutes
@@ -22,6 +32,8 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+
+import sandbox_live  # the live-count load test, in this folder (a script's folder is on sys.path)
 
 from envfarm.sandbox import Backend, Limits, Sandbox, get_backend
 from envfarm.sandbox.pool import SandboxPool
@@ -204,8 +216,13 @@ async def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backends", default="docker,bwrap")
     ap.add_argument("--quick", action="store_true", help="small sizes: a smoke run of a minute or two")
     ap.add_argument("--steps-only", action="store_true", help="only the step latency (seconds, not minutes)")
-    ap.add_argument("--out", default="bench/results/sandbox.json")
+    ap.add_argument("--out", default=None, help="JSON path (default bench/results/sandbox.json, "
+                    "bench/results/sandbox_live.json with --live-only)")
+    sandbox_live.add_arguments(ap)
     args = ap.parse_args(argv)
+    if args.live_only:
+        return await sandbox_live.main(args, write)
+    args.out = args.out or "bench/results/sandbox.json"
     report: dict[str, object] = {"quick": args.quick, "cpus": os.cpu_count(), "backends": {}}
     for name in args.backends.split(","):
         print(f"== {name}", file=sys.stderr)
