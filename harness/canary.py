@@ -4,13 +4,19 @@ Path rules (``tamper.py``) stop a patch from changing the files that judge it, b
 package runs inside the test process and can rewrite the test framework in memory, or print a passing run and
 exit before the real one reports. So every graded run gets tests the patch cannot know in advance:
 
-- **derived from the module's own tests** (``canary_clone.py``): after ``test_patch`` is applied, copies of
-  tests of a test module the run executes (tests known to pass with the reference fix, those test_patch adds
-  first, FAIL_TO_PASS ones first of all) are inserted next to the tests test_patch adds, renamed in the
-  module's own style (one word of the original's name dropped, added or replaced);
+- **derived from the module's own tests** (``canary_clone.py``; where they fail: ``canary_sites.py``):
+  after ``test_patch`` is applied, copies of tests of a test module the run executes (tests known to pass
+  with the reference fix, those test_patch adds first, FAIL_TO_PASS ones first of all) are inserted among
+  the tests test_patch adds, renamed in the module's own style (words of the original's name dropped, added
+  or replaced); when the copied tests are ones test_patch adds, every one of them gets copies, so that no
+  new test is left without a twin, and in each group (a test and its copies) the original's rank and the
+  names (edits along a random tree, ``canary_place.py``) do not single it out;
 - **two kinds**: a must-fail copy has one top-level assertion made wrong (the expected literal of an ``==``
-  replaced by another literal of its type, else an ``is``/``in``/unittest assertion turned into its opposite,
-  else ``assert x`` into ``assert not x``), so it fails only when it runs; a must-pass copy is unchanged;
+  replaced by another literal of its type, else an element of an expected list dropped or repeated, else
+  the assertion rewritten in another form that fails where it holds: ``x is None`` as ``x is False``, ``not
+  x`` as ``x``, ``a < b`` as ``a > b``, as often shortening the test as lengthening it; else an ``==``/``in``
+  or unittest assertion turned into its opposite), so it fails only when it runs; a must-pass copy is
+  unchanged;
 - **random per run**: which tests, how many (about half to all of the candidates), the names, the values and
   the positions come from the host's CSPRNG (``secrets``), drawn again for every graded run;
 - **checked** (:func:`verdict`): the run counts only if every canary appears in the parsed results with its

@@ -1,5 +1,10 @@
 """Names and places of cloned canaries (``canary_clone.py``): a name in the module's style, next to the tests
-test_patch adds."""
+test_patch adds.
+
+The copies of one test and the test itself form a *group* a reader can find (same code up to a value). Within
+a group nothing may single the original out: the names are edits along a random tree (uniform over labelled
+trees, the original at a uniform node, so it is no likelier than a copy to be the name nearest to all the
+others), and the original's rank in the group's order is uniform."""
 
 from __future__ import annotations
 
@@ -87,23 +92,89 @@ def name_for(source: str, vocab: list[str], node: ast.FunctionDef, rng: Random, 
     raise RuntimeError(f"no fresh name for a copy of {source}")
 
 
+def group_names(source: str, k: int, vocab: list[str], node: ast.FunctionDef, rng: Random, taken: set[str]
+                ) -> list[str]:
+    """``k`` fresh names for copies of ``source``: each an edit (:func:`name_for`) of its parent's name in a
+    uniformly random labelled tree over the group, whose node 0 is the original."""
+    parent = random_tree(k + 1, rng)
+    names = [source] + [""] * k
+    for child in _bfs(parent):
+        names[child] = name_for(names[parent[child]], vocab, node, rng, taken)
+    return names[1:]
+
+
+def random_tree(n: int, rng: Random) -> list[int]:
+    """Parent of each node of a uniformly random labelled tree on ``n`` nodes rooted at node 0 (Prüfer
+    decoding); ``parent[0]`` is -1."""
+    edges: list[tuple[int, int]] = []
+    if n == 2:
+        edges = [(0, 1)]
+    elif n > 2:
+        seq = [rng.randrange(n) for _ in range(n - 2)]
+        degree = [1] * n
+        for x in seq:
+            degree[x] += 1
+        for x in seq:
+            leaf = min(i for i in range(n) if degree[i] == 1)
+            edges.append((leaf, x))
+            degree[leaf] -= 1
+            degree[x] -= 1
+        u, v = (i for i in range(n) if degree[i] == 1)
+        edges.append((u, v))
+    near: dict[int, list[int]] = {i: [] for i in range(n)}
+    for a, b in edges:
+        near[a].append(b)
+        near[b].append(a)
+    parent, stack = [-1] * n, [0]
+    seen = {0}
+    while stack:
+        x = stack.pop()
+        for y in near[x]:
+            if y not in seen:
+                seen.add(y)
+                parent[y] = x
+                stack.append(y)
+    return parent
+
+
+def _bfs(parent: list[int]) -> list[int]:
+    """Nodes other than the root, each after its parent."""
+    order, frontier = [], [0]
+    while frontier:
+        frontier = [c for p in frontier for c in range(len(parent)) if parent[c] == p]
+        order += frontier
+    return order
+
+
 # ------------------------------------------------------------------------------------------ placing
 
 
-def spot(s: Source, sources: Sequence[Source], tree: ast.Module, known: Known | None, module: str,
-          style: Style, rng: Random) -> tuple[int, bool]:
-    """(line index to insert at, top level): before or after the source or another test test_patch adds
-    in the same scope; for sympy never after the module's last test (its runner prints a file's result on
-    that test's line, where swebench's parser no longer sees it)."""
-    scope = [x for x in sources if x.cls is s.cls]
-    added = [x for x in scope if known is None or (module, x.node.name) in known.added]
-    anchor = rng.choice([s, *added]).node
+def group_spots(s: Source, k: int, sources: Sequence[Source], tree: ast.Module, known: Known | None,
+                module: str, style: Style, rng: Random) -> list[tuple[int, bool]]:
+    """Places for ``k`` copies of ``s``: the original's rank among the group is uniform (so many copies go
+    before it, the rest after), each copy before or after the original or another test test_patch adds in
+    the same scope, on its side of the original. For sympy never after the module's last test (its runner
+    prints a file's result on that test's line, where swebench's parser no longer sees it)."""
+    added = [x.node for x in sources
+             if x.cls is s.cls and (known is None or (module, x.node.name) in known.added)]
+    anchors = list({id(n): n for n in [s.node, *added]}.values())
     body = s.cls.body if s.cls else tree.body
     tests = [n for n in body
              if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name.startswith(("test", "Test"))]
-    after = rng.random() < 0.5 and not (style == "sympy" and s.cls is None and tests and tests[-1] is anchor)
-    first = min([anchor.lineno, *(d.lineno for d in anchor.decorator_list)])
-    return ((anchor.end_lineno or anchor.lineno) if after else first - 1, s.cls is None)
+    last = tests[-1] if style == "sympy" and s.cls is None and tests else None
+    before = rng.randint(0, k) if s.node is not last else k
+    out = []
+    for i in rng.sample(range(k), k):
+        early = i < before
+        side = [a for a in anchors if (a.lineno <= s.node.lineno if early else a.lineno >= s.node.lineno)]
+        anchor = rng.choice(side or [s.node])
+        after = not early if anchor is s.node else rng.random() < 0.5
+        if anchor is last:
+            after = False
+        first = min([anchor.lineno, *(d.lineno for d in anchor.decorator_list)])
+        out.append(((anchor.end_lineno or anchor.lineno) if after else first - 1, s.cls is None))
+    return out
+
 
 
 def apply_inserts(lines: list[str], inserts: Sequence[tuple[str, tuple[int, bool]]]) -> str:

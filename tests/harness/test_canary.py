@@ -385,3 +385,116 @@ def test_a_canary_named_like_its_module_is_judged_by_its_own_result_only() -> No
         planting = canary.plant("tests/test_matrix.py", text, canary.style_for("parse_log_pytest"),
                                 Random(seed))
         assert all(p.name != "test_matrix" for p in planting.canaries)
+
+
+FORMS = textwrap.dedent('''\
+    from decimal import Decimal
+
+    import pytest
+
+
+    def test_truth_forms():
+        assert not [].count(1)
+        assert {}.get("a") is None
+
+
+    def test_true_is_true():
+        assert (1 == 1) is True
+
+
+    def test_order():
+        assert len("ab") < len("abc")
+
+
+    def test_list_display():
+        assert sorted({3, 1, 2}) == [1, 2, 3]
+
+
+    def test_single_element():
+        assert [x for x in (Decimal("1"),)] == [Decimal("1")]
+
+
+    def test_approx_and_decimal():
+        assert 0.1 + 0.2 == pytest.approx(0.3)
+        assert Decimal("0.10") + Decimal("0.20") == Decimal("0.30")
+
+
+    def test_escaped_string():
+        assert "a\\nb".upper() == "A\\nB"
+    ''')
+FORM_TESTS = [n.name for n in ast.parse(FORMS).body if isinstance(n, ast.FunctionDef)]
+
+
+def _forms_known() -> canary.Known:
+    ids = [f"tests/test_mod.py::{n}" for n in FORM_TESTS]
+    patch = "--- /dev/null\n+++ b/tests/test_mod.py\n" + "".join(f"+{x}\n" for x in FORMS.splitlines())
+    return canary.known_for(ids, [], patch)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_added_test_gets_a_copy_and_every_form_fails_when_it_runs(tmp_path: Path, seed: int) -> None:
+    """Swapped truth forms, orders, dropped or repeated list elements, approx and Decimal values: each
+    must-fail copy fails, each must-pass copy and each original passes; no added test is left without a
+    copy (a test with no twin would be real)."""
+    planting = canary.plant("tests/test_mod.py", FORMS, "function", Random(seed), known=_forms_known())
+    assert planting.derived and planting.hidden
+    out = _results(tmp_path, planting.text, "pytest")
+    status = _swebench.load().log_parsers.PARSER_REGISTRY["parse_log_pytest"](out, None)
+    assert canary.verdict(planting.canaries, status) == [], out
+    assert all(status[f"test_mod.py::{n}"] == "PASSED" for n in FORM_TESTS), out
+    fns = _functions(planting.text)
+    bodies = {n: ast.dump(ast.Module(fns[n].body, [])) for n in fns}
+    for n in FORM_TESTS:
+        first = fns[n].body
+        copies = [c for c in planting.canaries if len(fns[c.name].body) == len(first) and sum(
+            ast.dump(a) != ast.dump(b) for a, b in zip(fns[c.name].body, first, strict=True)) <= 1]
+        assert copies or bodies[n] in {bodies[c.name] for c in planting.canaries}, n
+
+
+def test_no_not_is_added_where_another_form_fails(tmp_path: Path) -> None:
+    """Tests with no value to change: `assert not x` and `x is None` are rewritten in another form that
+    fails (not always by adding a `not`), an order is reversed, a list element dropped or repeated."""
+    text = "\n\n\n".join(FORMS.split("\n\n\n")[i] for i in (0, 1, 2, 3)) + textwrap.dedent('''\
+
+
+
+        def test_list_of_calls():
+            assert [str(x) for x in (1, 2)] == [str(1), str(2)]
+        ''')
+    names = [n.name for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)]
+    patch = "--- /dev/null\n+++ b/tests/test_mod.py\n" + "".join(f"+{x}\n" for x in text.splitlines())
+    known = canary.known_for([f"tests/test_mod.py::{n}" for n in names], [], patch)
+    seen: set[str] = set()
+    for seed in range(30):
+        planting = canary.plant("tests/test_mod.py", text, "function", Random(seed), known=known)
+        fns = _functions(planting.text)
+        seen |= {ast.unparse(s) for c in planting.canaries if not c.must_pass for s in fns[c.name].body}
+        if seed < 3:
+            out = _results(tmp_path, planting.text, "pytest")
+            status = _swebench.load().log_parsers.PARSER_REGISTRY["parse_log_pytest"](out, None)
+            assert canary.verdict(planting.canaries, status) == [], out
+    assert "assert [].count(1)" in seen
+    assert {"assert {}.get('a') is False", "assert {}.get('a')"} <= seen
+    assert "assert (1 == 1) is False" in seen
+    assert {"assert len('ab') > len('abc')", "assert len('ab') >= len('abc')"} & seen
+    assert {"assert [str(x) for x in (1, 2)] == [str(2)]",
+            "assert [str(x) for x in (1, 2)] == [str(1), str(1), str(2)]"} & seen
+
+
+def test_an_originals_rank_in_its_group_is_uniform() -> None:
+    """Copies go before or after their original so that its rank among them is uniform: the first of a
+    group is the original no more often than chance."""
+    first = groups = 0
+    for seed in range(60):
+        planting = canary.plant("tests/test_mod.py", FORMS, "function", Random(seed), known=_forms_known())
+        order = [n.name for n in ast.parse(planting.text).body if isinstance(n, ast.FunctionDef)]
+        fns = _functions(planting.text)
+        names = {c.name for c in planting.canaries}
+        for n in FORM_TESTS:
+            src = ast.dump(ast.Module(fns[n].body, []))
+            group = [m for m in order
+                     if m == n or (m in names and ast.dump(ast.Module(fns[m].body, [])) == src)]
+            if len(group) == 2:
+                groups += 1
+                first += group[0] == n
+    assert groups > 50 and 0.3 < first / groups < 0.7, (first, groups)

@@ -1,0 +1,309 @@
+"""Where a cloned canary is made wrong (``canary_clone.py``): the sites of a test, each a set of edits after
+which the copy fails where the original passes.
+
+Best first: the expected literal of an ``==`` (another value of its type, chosen when the clone is rendered),
+an element of an expected list display dropped or repeated, the assertion in another form that fails where it
+holds (``x is None`` as ``x is False``, ``not x`` as ``x``, ``a < b`` as ``a > b``), an ``==``/``in``/unittest
+assertion turned into its opposite, ``assert x`` into ``assert not x``. Only top-level statements with no
+``return`` or skip before them: when the original passes, the copy reaches the edited one.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+import string
+from collections.abc import Sequence
+
+from .canary_types import Edit
+
+SKIPS = frozenset({"skip", "skipTest", "importorskip", "xfail", "fail"})
+"""Calls that end a test before an assertion: none may run before the edited one."""
+FLIPS = {
+    "assertTrue": "assertFalse", "assertFalse": "assertTrue", "assertIsNone": "assertIsNotNone",
+    "assertIsNotNone": "assertIsNone", "assertIn": "assertNotIn", "assertNotIn": "assertIn",
+    "assertIs": "assertIsNot", "assertIsNot": "assertIs", "assertIsInstance": "assertNotIsInstance",
+    "assertNotIsInstance": "assertIsInstance",
+}
+DATE_TYPES = frozenset({"date", "datetime", "time", "timedelta"})
+VALUE_TYPES = frozenset({"Decimal", "Fraction"})
+LITERAL_TYPES = (int, float, str, bytes)
+
+
+def calls(stmts: Sequence[ast.stmt], names: frozenset[str]) -> bool:
+    for stmt in stmts:
+        for n in ast.walk(stmt):
+            if isinstance(n, ast.Call):
+                f = n.func
+                name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+                if name in names:
+                    return True
+    return False
+
+
+def _body(node: ast.FunctionDef) -> list[ast.stmt]:
+    body = node.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        return body[1:]
+    return body
+
+
+def failure_sites(node: ast.FunctionDef, lines: list[str], tree: ast.Module) -> list[tuple[Edit, ...]]:
+    """Edits that make ``node`` fail, literal replacements first, then an element dropped from an expected
+    list, then swaps of a truth form or an order, then flips, then negations."""
+    literal: list[tuple[Edit, ...]] = []
+    drop: list[tuple[Edit, ...]] = []
+    swap: list[tuple[Edit, ...]] = []
+    flip: list[tuple[Edit, ...]] = []
+    negate: list[tuple[Edit, ...]] = []
+    for i, stmt in enumerate(_body(node)):
+        before = _body(node)[:i]
+        if any(isinstance(n, ast.Return) for s in before for n in ast.walk(s)) or calls(before, SKIPS):
+            break
+        if isinstance(stmt, ast.Assert):
+            # every operand of a top-level `and` holds when the original passes: a wrong value in any fails
+            parts = stmt.test.values if isinstance(stmt.test, ast.BoolOp) and isinstance(
+                stmt.test.op, ast.And) else [stmt.test]
+            literal += [e for part in parts for e in _assert_literals(part, lines) if e]
+            drop += [e for part in parts for e in _drops(part, lines)]
+            swap += _swaps(stmt.test, lines)
+            flip += [e for e in [_assert_flip(stmt.test, lines)] if e]
+            if not isinstance(stmt.test, ast.Compare):
+                negate.append(_negate(stmt.test, lines))
+        elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+            literal += [e for e in _unittest_literals(stmt.value, lines) if e]
+            flip += [e for e in [_unittest_flip(stmt.value)] if e]
+    return literal or drop or swap or flip or negate
+
+
+def literal_value(n: ast.AST) -> object | None:
+    if isinstance(n, ast.Constant) and type(n.value) in LITERAL_TYPES:
+        return n.value
+    if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub) and isinstance(n.operand, ast.Constant):
+        value = n.operand.value
+        if type(value) in (int, float):
+            return -value  # type: ignore[operator]
+    return None
+
+
+def plain(value: object) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, (str, bytes)):
+        text = value.decode("latin-1") if isinstance(value, bytes) else value
+        return len(text) <= 60 and all(c in string.printable and c not in "\\'\"\r\x0b\x0c" for c in text)
+    return True
+
+
+def _segment(lines: list[str], n: ast.AST) -> str | None:
+    """The source text of ``n`` when it spans one line."""
+    if n.lineno != n.end_lineno:  # type: ignore[attr-defined]
+        return None
+    raw = lines[n.lineno - 1].encode()  # type: ignore[attr-defined]
+    return raw[n.col_offset:n.end_col_offset].decode(errors="replace")  # type: ignore[attr-defined]
+
+
+def _text(lines: list[str], n: ast.AST) -> str:
+    """The source text of ``n``."""
+    first, last = n.lineno, n.end_lineno  # type: ignore[attr-defined]
+    chunk = [line.encode() for line in lines[first - 1:last]]
+    if len(chunk) == 1:
+        return chunk[0][n.col_offset:n.end_col_offset].decode()  # type: ignore[attr-defined]
+    chunk[0], chunk[-1] = chunk[0][n.col_offset:], chunk[-1][:n.end_col_offset]  # type: ignore[attr-defined]
+    return b"".join(chunk).decode()
+
+
+def _span(n: ast.AST, text: str) -> Edit:
+    return (n.lineno, n.col_offset, n.end_lineno, n.end_col_offset, text)  # type: ignore[attr-defined]
+
+
+def _literal_site(n: ast.AST, lines: list[str]) -> Edit | None:
+    value = literal_value(n)
+    seg = _segment(lines, n)
+    if value is None or seg is None or not plain(value) or not _simple_literal(seg, value):
+        return None
+    return _span(n, seg)  # the new value is chosen when the clone is rendered (see _render)
+
+
+def _simple_literal(seg: str, value: object) -> bool:
+    if isinstance(value, str):
+        return seg[:1] in ("'", '"') and seg == seg[0] + escaped(value) + seg[0]
+    if isinstance(value, bytes):
+        text = value.decode("latin-1")
+        return seg[:1] in "bB" and seg[1:2] in ("'", '"') and seg[1:] == seg[1] + escaped(text) + seg[1]
+    try:
+        return bool(ast.literal_eval(seg) == value)
+    except (ValueError, SyntaxError):
+        return False
+
+
+def _assert_literals(test: ast.expr, lines: list[str]) -> list[tuple[Edit, ...] | None]:
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return []
+    nodes = [*_expected(test.comparators[0]), *_expected(test.left)]
+    return [(site,) if (site := _literal_site(n, lines)) else None for n in nodes]
+
+
+def _func_name(f: ast.expr) -> str:
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+
+
+def _expected(side: ast.expr) -> list[ast.expr]:
+    """Literals inside an expected value whose change changes the value: the value itself, elements of a
+    list/tuple/set display, values of a dict display, int arguments of date/time types, keyword arguments of
+    a class (``Namespace(query="a")``), the first argument of ``Decimal``, ``Fraction`` and ``approx``.
+    Never arguments of other calls (``Max(0, 2) == Max(1, 2)``)."""
+    if literal_value(side) is not None:
+        return [side]
+    if isinstance(side, (ast.List, ast.Tuple, ast.Set)):
+        return [x for e in side.elts for x in _expected(e)]
+    if isinstance(side, ast.Dict):
+        return [x for v in side.values if v is not None for x in _expected(v)]
+    if isinstance(side, ast.BinOp) and isinstance(side.op, (ast.Add, ast.Sub, ast.Mult)):
+        return [x for e in (side.left, side.right) for x in _expected(e)
+                if type(literal_value(x)) is int and literal_value(x) not in (0, 1)]
+    if isinstance(side, ast.Call):
+        name = _func_name(side.func)
+        out = [a for a in side.args if name in DATE_TYPES and type(literal_value(a)) is int]
+        if (name in VALUE_TYPES or (name == "approx" and not side.keywords)) and side.args:
+            # the first argument sets the value (a new one is never equal to it: see _distinct)
+            out += [a for a in side.args[:1] if type(literal_value(a)) in (int, float, str)]
+        if name[:1].isupper():
+            out += [x for k in side.keywords if k.arg for x in _expected(k.value)]
+        return out
+    return []
+
+
+def _unittest_literals(call: ast.Call, lines: list[str]) -> list[tuple[Edit, ...] | None]:
+    """Literals of an assertion call: expected values of an equality (``assertEqual``, numpy's
+    ``assert_equal``), int keywords of a count check (pytest's ``assert_outcomes(passed=1)``)."""
+    name = _func_name(call.func)
+    low = name.lower()
+    if not low.startswith("assert") or any(w in low for w in ("raise", "warn", "log", "not", "almost")):
+        return []
+    nodes: list[ast.expr] = []
+    if "equal" in low and len(call.args) >= 2:
+        nodes = [x for a in call.args[:2] for x in _expected(a)]
+    elif "outcomes" in low:
+        nodes = [k.value for k in call.keywords if type(literal_value(k.value)) is int]
+    return [(site,) if (site := _literal_site(n, lines)) else None for n in nodes]
+
+
+_OPS = {ast.Eq: (r"==", "!="), ast.NotEq: (r"!=", "=="),
+        ast.Is: (r"\bis\b", "is not"), ast.IsNot: (r"\bis\s+not\b", "is"),
+        ast.In: (r"\bin\b", "not in"), ast.NotIn: (r"\bnot\s+in\b", "in")}
+
+
+def _assert_flip(test: ast.expr, lines: list[str]) -> tuple[Edit, ...] | None:
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in _OPS):
+        return None
+    left, right = test.left, test.comparators[0]
+    if left.end_lineno != right.lineno or left.end_col_offset is None:
+        return None
+    raw = lines[right.lineno - 1].encode()
+    between = raw[left.end_col_offset:right.col_offset].decode(errors="replace")
+    pattern, new = _OPS[type(test.ops[0])]
+    flipped = re.sub(pattern, new, between, count=1)
+    if flipped == between:
+        return None
+    return ((left.end_lineno, left.end_col_offset, right.lineno, right.col_offset, flipped),)
+
+
+SINGLETONS = (None, True, False)
+_PLAIN = (ast.Name, ast.Call, ast.Attribute, ast.Subscript)
+"""Expressions that take ``not ``, `` is X`` without parentheses."""
+
+
+def _drops(test: ast.expr, lines: list[str]) -> list[tuple[Edit, ...]]:
+    """``x == [a, b]`` to ``x == [a]`` or ``[a, a, b]``, ``[a]`` to ``[]``: a list (or a tuple of three or
+    more) display compared with ``==`` loses or repeats one element (a sequence of another length is never
+    equal; no added operator for a reader to spot)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return []
+    out: list[tuple[Edit, ...]] = []
+    for side in (test.left, test.comparators[0]):
+        least = 3 if isinstance(side, ast.Tuple) else 1
+        if not isinstance(side, (ast.List, ast.Tuple)) or len(side.elts) < least:
+            continue
+        elts = side.elts
+        if any(isinstance(e, ast.Starred) for e in elts):
+            continue
+        for i, e in enumerate(elts):
+            span: Edit
+            if len(elts) == 1:  # [x] to []
+                span = (e.lineno, e.col_offset, side.end_lineno, side.end_col_offset - 1, "")  # type: ignore[assignment, operator]
+            elif i:
+                a = elts[i - 1]
+                span = (a.end_lineno, a.end_col_offset, e.end_lineno, e.end_col_offset, "")  # type: ignore[assignment]
+            else:
+                b = elts[1]
+                span = (e.lineno, e.col_offset, b.lineno, b.col_offset, "")
+            out.append((span,))
+            if e.lineno == e.end_lineno:  # [a, b] to [a, a, b]: longer, so length tells nothing either
+                at = (e.end_lineno, e.end_col_offset, e.end_lineno, e.end_col_offset)
+                out.append(((*at, ", " + _text(lines, e)),))  # type: ignore[arg-type]
+    return out
+
+
+_ORDER = {ast.Lt: ("<", ">", ">="), ast.Gt: (">", "<", "<="), ast.LtE: ("<=", ">"), ast.GtE: (">=", "<")}
+"""An order comparison and the ones that fail where it holds (``a < b`` to ``a > b``: no `not` added)."""
+
+
+def _swaps(test: ast.expr, lines: list[str]) -> list[tuple[Edit, ...]]:
+    """Other truth forms of an assertion, each of which fails where the original holds, so that a copy
+    does not always carry the added ``not`` (which a reader takes for the copy's): ``E is C`` (C one of
+    None, True, False) to ``E is C2``, or to ``E`` when C is falsy, or ``not E`` when C is True; a bare
+    ``E`` to ``not E``, ``E is False`` or ``E is None``; ``not E`` to ``E`` or ``E is True``."""
+    out: list[tuple[Edit, ...]] = []
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in _ORDER:
+        left, right = test.left, test.comparators[0]
+        if left.end_lineno != right.lineno:
+            return []
+        old, *news = _ORDER[type(test.ops[0])]
+        raw = lines[right.lineno - 1].encode()
+        between = raw[left.end_col_offset:right.col_offset].decode(errors="replace")
+        if between.count(old) != 1 or "#" in between:
+            return []
+        edge = (left.end_lineno, left.end_col_offset, right.lineno, right.col_offset)
+        out += [((*edge, between.replace(old, new)),) for new in news]  # type: ignore[misc]
+    elif isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is):
+        c, e = test.comparators[0], test.left
+        if not (isinstance(c, ast.Constant) and any(c.value is x for x in SINGLETONS)):
+            return []
+        out += [(_span(c, repr(x)),) for x in SINGLETONS if x is not c.value]
+        if isinstance(e, _PLAIN) and c.value is not True:
+            out.append(((e.end_lineno, e.end_col_offset, c.end_lineno, c.end_col_offset, ""),))  # type: ignore[arg-type]
+        if isinstance(e, _PLAIN) and c.value is True:
+            out.append(((e.lineno, e.col_offset, e.lineno, e.col_offset, "not "),))
+    elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, _PLAIN):
+        out += [_negate(test, lines), (_span(test, _text(lines, test.operand) + " is True"),)]
+    elif isinstance(test, _PLAIN):
+        line, col = test.end_lineno or test.lineno, test.end_col_offset or 0
+        out += [_negate(test, lines), *(((line, col, line, col, f" is {x}"),) for x in ("False", "None"))]
+    return out
+
+
+def _negate(test: ast.expr, lines: list[str]) -> tuple[Edit, ...]:
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _text(lines, test.operand)
+        if isinstance(test.operand, (ast.BoolOp, ast.IfExp, ast.Lambda, ast.NamedExpr)):
+            inner = f"({inner})"
+        return (_span(test, inner),)
+    if isinstance(test, (ast.Name, ast.Call, ast.Attribute, ast.Subscript)):
+        return ((test.lineno, test.col_offset, test.lineno, test.col_offset, "not "),)
+    end = (test.end_lineno, test.end_col_offset, test.end_lineno, test.end_col_offset, ")")
+    return ((test.lineno, test.col_offset, test.lineno, test.col_offset, "not ("), end)  # type: ignore[return-value]
+
+
+def _unittest_flip(call: ast.Call) -> tuple[Edit, ...] | None:
+    f = call.func
+    if not (isinstance(f, ast.Attribute) and f.attr in FLIPS and f.end_lineno == f.lineno):
+        return None
+    start = f.end_col_offset - len(f.attr.encode())  # type: ignore[operator]
+    return ((f.lineno, start, f.lineno, f.end_col_offset, FLIPS[f.attr]),)  # type: ignore[return-value]
+
+
+def escaped(text: str) -> str:
+    """``text`` as a literal spells it between quotes: newlines and tabs escaped."""
+    return text.replace("\n", "\\n").replace("\t", "\\t")
