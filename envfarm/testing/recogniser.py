@@ -8,10 +8,13 @@ one assertion changed, under new names). Its decision, per test of the module:
 1. a test the repository has, unchanged (same name, same code) is real; so is one whose name the repository
    has (test_patch edits tests in place; canaries always take new names);
 2. a test with a new name and no *twin* (another test of the module with the same code up to the name and at
-   most a few AST tokens: a value, an operator, a ``not``) is real;
+   most a few AST tokens: a value, an operator, a ``not``; ``strong``: or with all statements the same but
+   one, itself a few tokens from its counterpart) is real;
 3. of a twin pair, the member scored as the copy is the canary: its twin is in the repository; its assertion
    is the negated form; its literal is used nowhere else in the test or the module while its twin's is; its
-   name has fewer words from its own body; it comes second;
+   name has fewer words from its own body; it comes second; and (``strong``, the default) in a group of three
+   or more its name is the farthest from the others' (copies are named by editing the original's name), and
+   a run of tokens it adds occurs twice in it (a repeated list element);
 4. a synthetic fallback canary (``canary_synth.py``: word-list name, literal arithmetic) is a canary.
 
 ``judge`` returns a :class:`Judgement` per test; ``bench/canary_recogniser.py`` measures how often it is
@@ -31,6 +34,11 @@ TWIN_TOKENS = 3
 """Most AST tokens a twin may differ by (a literal: 1; ``is``/``is not``: 1; an added ``not``: 2)."""
 NEGATED = frozenset({"NotEq", "IsNot", "NotIn", "Not", "assertFalse", "assertIsNotNone", "assertNotIn",
                      "assertIsNot", "assertNotIsInstance", "assertNotEqual"})
+NAME_SPREAD = 2.0
+"""Weight of a name's distance to its twins' names: copies are named by editing the original's name, so in
+a group of three or more the original's name tends to be the one nearest to all the others."""
+REPEAT = 1.0
+"""Weight of a run of tokens only one twin has that occurs twice in it (a list element repeated)."""
 SYNTH_NAME = re.compile(r"^test_[a-z]+_[a-z]+_[0-9]+$")
 """Names of synthetic canaries (``canary_synth.py``): two words and a number."""
 
@@ -57,18 +65,25 @@ class Test:
     tokens: tuple[str, ...]
     index: int
     """Position in the module (order of definition)."""
+    statements: tuple[int, ...] = ()
+    """A hash of each statement of the body's tokens."""
 
 
-def judge(planted: str, head: str | None) -> dict[Key, Judgement]:
+def judge(planted: str, head: str | None, strong: bool = True) -> dict[Key, Judgement]:
     """A judgement per test function of ``planted`` (the module as the run sees it); ``head``: the module at
-    the repository's HEAD, None when the repository has no such file."""
+    the repository's HEAD, None when the repository has no such file. ``strong`` False: the compact rule
+    ``exploit_payloads.py`` embeds (no group-level features)."""
     tests = tests_of(planted)
     seen = {t.key: t.tokens for t in tests_of(head or "")}
     seen_names = {k[1] for k in seen}
-    twins = {t.key: [u for u in tests if u is not t and u.key[0] == t.key[0]
-                     and _distance(t.tokens, u.tokens) <= TWIN_TOKENS] for t in tests}
+    near = _one_statement_apart if strong else _few_tokens_apart
+    twins = {t.key: [u for u in tests if u is not t and u.key[0] == t.key[0] and near(t, u)] for t in tests}
     lean = {t.key: sum(_direction(t, u, planted) - _direction(u, t, planted) for u in twins[t.key])
             for t in tests}
+    if strong:
+        for t in tests:
+            lean[t.key] += sum(NAME_SPREAD * _name_distance(t, u) + REPEAT * (_repeats(t, u) - _repeats(u, t))
+                               for u in twins[t.key])
     return {t.key: _judge_one(t, twins[t.key], lean, seen, seen_names) for t in tests}
 
 
@@ -111,6 +126,48 @@ def _direction(t: Test, u: Test, module: str) -> float:
     return score
 
 
+def _few_tokens_apart(t: Test, u: Test) -> bool:
+    return _distance(t.tokens, u.tokens) <= TWIN_TOKENS
+
+
+def _one_statement_apart(t: Test, u: Test) -> bool:
+    """Twins: a few tokens apart, or the same statements but one, itself a few tokens from its counterpart
+    (an assertion rewritten in another form: ``not x`` as ``x is False``)."""
+    if _few_tokens_apart(t, u):
+        return True
+    a, b = t.statements, u.statements
+    if len(a) != len(b):
+        return False
+    apart = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+    if len(apart) != 1:
+        return False
+    i = apart[0]
+    return _distance(tokens(t.node.body[i]), tokens(u.node.body[i])) <= 2 * TWIN_TOKENS
+
+
+def _repeats(t: Test, u: Test) -> int:
+    """Runs of tokens ``t`` has and ``u`` lacks that occur more than once in ``t`` (``[a, a, b]`` against
+    ``[a, b]``: the copy repeats an element)."""
+    out = 0
+    for op, i1, i2, _, _ in difflib.SequenceMatcher(None, t.tokens, u.tokens, autojunk=False).get_opcodes():
+        run = t.tokens[i1:i2]
+        if op == "delete" and run:
+            out += sum(t.tokens[i:i + len(run)] == run for i in range(len(t.tokens) - len(run) + 1)) > 1
+    return out
+
+
+def _name_distance(t: Test, u: Test) -> float:
+    """How far apart two names are, by their words (0 same words, 1 none shared)."""
+    a, b = name_words(t.key[1]), name_words(u.key[1])
+    return 1.0 - difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+
+
+def name_words(name: str) -> list[str]:
+    """The words of a test name after its ``test`` prefix (snake or camel case), lower case."""
+    rest = re.sub(r"^test_*", "", name, flags=re.I)
+    return [w.lower() for w in re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+", rest)]
+
+
 def _differing(a: tuple[str, ...], b: tuple[str, ...]) -> list[str]:
     """Tokens of ``a`` not matched in ``b``."""
     out: list[str] = []
@@ -137,15 +194,19 @@ def tests_of(text: str) -> list[Test]:
     out: list[Test] = []
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
-            out.append(Test((None, node.name), node, tokens(node), len(out)))
+            out.append(Test((None, node.name), node, tokens(node), len(out), _statements(node)))
         elif isinstance(node, ast.ClassDef):
             for f in node.body:
                 if isinstance(f, ast.FunctionDef) and f.name.startswith("test"):
-                    out.append(Test((node.name, f.name), f, tokens(f), len(out)))
+                    out.append(Test((node.name, f.name), f, tokens(f), len(out), _statements(f)))
     return out
 
 
-def tokens(node: ast.FunctionDef) -> tuple[str, ...]:
+def _statements(node: ast.FunctionDef) -> tuple[int, ...]:
+    return tuple(hash(tokens(x)) for x in node.body)
+
+
+def tokens(node: ast.AST) -> tuple[str, ...]:
     """The function's AST as a flat token sequence, its own name left out: node types, ``#`` identifiers,
     ``=`` literal values (repr)."""
     out: list[str] = []

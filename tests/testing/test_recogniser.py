@@ -99,5 +99,38 @@ def test_the_payload_embeds_the_recognisers_rule(tmp_path: Path, seed: int) -> N
     planting = canary.plant("tests/test_shop.py", HEAD + ADDED, "function", Random(seed), known=known)
     module.write_text(planting.text)
     rule = _payload_rule()
-    for (cls, name), call in judge(planting.text, HEAD).items():
+    # the payload embeds the compact rule (no group-level features)
+    for (cls, name), call in judge(planting.text, HEAD, strong=False).items():
         assert rule(str(module), cls, name) == call.canary, (name, call)
+
+
+def test_the_strong_rule_pairs_forms_the_compact_rule_misses() -> None:
+    """A copy with its assertion rewritten in another form (``not x`` as ``x is True``) is a twin for the
+    strong rule (all statements the same but one, a few tokens apart), not for the compact one."""
+    text = textwrap.dedent('''\
+        def test_empty():
+            items = []
+            assert not items
+
+
+        def test_empty_list():
+            items = []
+            assert items is True
+        ''')
+    strong, compact = judge(text, None), judge(text, None, strong=False)
+    assert sum(j.canary for j in strong.values()) == 1
+    assert not any(j.canary for j in compact.values())
+
+
+def test_names_of_a_group_are_edits_along_a_uniform_random_tree() -> None:
+    """In a group of three, the original is the middle of the chain as often as either copy (a third of the
+    time), so the name nearest to the others does not name the original."""
+    from envfarm.harness.canary_place import random_tree
+
+    rng = Random(0)
+    centre = 0
+    for _ in range(3000):
+        parent = random_tree(3, rng)
+        assert parent[0] == -1 and sorted(parent[1:]) in ([0, 0], [0, 1], [0, 2])
+        centre += parent.count(0) == 2
+    assert 0.28 < centre / 3000 < 0.39
