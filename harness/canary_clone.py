@@ -80,7 +80,7 @@ def plant(module: str, text: str, style: Style, rng: Random, count: tuple[int, i
     inserts, canaries = [], []
     for members in groups.values():
         s = members[0][0]
-        names = group_names(s.node.name, len(members), vocab, s.node, rng, taken)
+        names = group_names(s.node.name, len(members), vocab, s.node, tree, rng, taken)
         places = group_spots(s, len(members), sources, tree, known, module, style, rng)
         for (_, site, must_pass), name, place in zip(members, names, places, strict=True):
             edits = [_choose_value(e, lines, s, tree, rng, values.setdefault(id(site), [])) for e in site]

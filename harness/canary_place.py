@@ -15,6 +15,10 @@ from random import Random
 
 from .canary_types import Known, Source, Style
 
+NAME_LIMIT = 70
+"""Longest name a copy may take (or its original's length, if longer): sympy's runner prints ``name ok`` on
+an 80-column line."""
+
 # ------------------------------------------------------------------------------------------ naming
 
 
@@ -52,7 +56,8 @@ def _body_words(node: ast.FunctionDef) -> list[str]:
     return [w for w in dict.fromkeys(words) if 2 <= len(w) <= 14]
 
 
-def name_for(source: str, vocab: list[str], node: ast.FunctionDef, rng: Random, taken: set[str]) -> str:
+def name_for(source: str, vocab: list[str], node: ast.FunctionDef, rng: Random, taken: set[str],
+             limit: int = 10_000) -> str:
     """A fresh name in ``source``'s style: its words with one dropped, added or replaced by a word of the
     module's test names or of the test's body. A word added comes from the body as often as the source's own
     words do, and a word dropped is one of the body's as often (the share of a name's words found in its
@@ -68,7 +73,7 @@ def name_for(source: str, vocab: list[str], node: ast.FunctionDef, rng: Random, 
         fresh = [w for w in (inside if rng.random() < share else outside) if w not in new and len(w) > 2]
         return rng.choice(fresh or inside)
 
-    for attempt in range(200):
+    for attempt in range(400):
         new = list(words)
         for _ in range(1 + (rng.random() < 0.3) + attempt // 50):
             op = rng.choice(("add", "drop", "replace") if len(new) > 1 else ("add", "replace"))
@@ -86,20 +91,25 @@ def name_for(source: str, vocab: list[str], node: ast.FunctionDef, rng: Random, 
             else:
                 new[i] = word()
         name = _join(prefix, new, snake)
-        if name.isidentifier() and name not in taken and new:
+        if name.isidentifier() and name not in taken and new and (len(name) <= limit or attempt >= 300):
             taken.add(name)
             return name
     raise RuntimeError(f"no fresh name for a copy of {source}")
 
 
-def group_names(source: str, k: int, vocab: list[str], node: ast.FunctionDef, rng: Random, taken: set[str]
-                ) -> list[str]:
+def group_names(source: str, k: int, vocab: list[str], node: ast.FunctionDef, tree: ast.Module, rng: Random,
+                taken: set[str]) -> list[str]:
     """``k`` fresh names for copies of ``source``: each an edit (:func:`name_for`) of its parent's name in a
     uniformly random labelled tree over the group, whose node 0 is the original."""
+    # no longer than the module's names: sympy's runner wraps a long name's result onto a line of its own,
+    # where swebench's parser no longer sees it
+    longest = max((len(n.name) for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
+                   and n.name.startswith("test")), default=0)
+    limit = max(len(source), min(longest, NAME_LIMIT))
     parent = random_tree(k + 1, rng)
     names = [source] + [""] * k
     for child in _bfs(parent):
-        names[child] = name_for(names[parent[child]], vocab, node, rng, taken)
+        names[child] = name_for(names[parent[child]], vocab, node, rng, taken, limit)
     return names[1:]
 
 

@@ -498,3 +498,15 @@ def test_an_originals_rank_in_its_group_is_uniform() -> None:
                 groups += 1
                 first += group[0] == n
     assert groups > 50 and 0.3 < first / groups < 0.7, (first, groups)
+
+
+def test_copies_are_named_no_longer_than_the_modules_tests() -> None:
+    """sympy's runner prints ``name ok`` on an 80-column line: a longer name's result wraps onto a line of
+    its own, where the parser misses it (a must-pass copy would be reported missing and gold unresolved)."""
+    name = "test_auto_point_vel_if_tree_has_vel_but_inappropriate_pos_vector"
+    text = f"def {name}():\n    assert 1 + 1 == 2\n\n\ndef test_b():\n    assert [1, 2] == [1, 2]\n"
+    patch = "--- /dev/null\n+++ b/sympy/tests/test_p.py\n" + "".join(f"+{x}\n" for x in text.splitlines())
+    known = canary.known_for([name, "test_b"], [], patch)
+    for seed in range(40):
+        planting = canary.plant("sympy/tests/test_p.py", text, "sympy", Random(seed), known=known)
+        assert all(len(c.name) <= len(name) for c in planting.canaries), planting.canaries
