@@ -33,14 +33,15 @@ TREE = ("mkdir -p /workspace/tree && for i in $(seq 200); do "
 FDS_PER_SANDBOX = {"bwrap": 3, "docker": 1}
 TASKS_PER_SANDBOX = {"bwrap": 3, "docker": 14}  # bwrap, agent, our wait thread; the shim's threads, agent
 SAMPLE = 10  # sandboxes whose processes' PSS is read
+DEFAULT_VIA = {"bwrap": "fork", "docker": "open"}
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--live-only", action="store_true", help="only the live-count load test")
     ap.add_argument("--live", type=int, default=None, help="sandboxes to hold live at once (per backend)")
-    ap.add_argument("--via", default="fork,open",
+    ap.add_argument("--via", default=None,
                     help="per backend (in --backends order, or one for all): open (fresh sandboxes) or fork "
-                    "(forks of one prepared parent)")
+                    "(forks of one prepared parent); default: fork for bwrap, open for docker")
     ap.add_argument("--batch", type=int, default=50, help="sandboxes opened per batch")
     ap.add_argument("--floor-mib", type=int, default=2048, help="stop opening below this host MemAvailable")
     ap.add_argument("--max-s", type=float, default=1500.0, help="stop opening after this many seconds")
@@ -309,6 +310,7 @@ async def hold(name: str, backend: Backend, n: int, via: str, args: argparse.Nam
 
 async def main(args: argparse.Namespace, write: Callable[[Path, str], None]) -> int:
     nofile = raise_nofile()
+    out = Path(args.out or "bench/results/sandbox_live.json")
     report: dict[str, Any] = {
         "measured": datetime.date.today().isoformat(), "cpus": os.cpu_count(),
         "load_avg_start": [round(x, 2) for x in os.getloadavg()],
@@ -319,7 +321,10 @@ async def main(args: argparse.Namespace, write: Callable[[Path, str], None]) -> 
         "backends": {},
     }
     ok = True
-    names, vias = args.backends.split(","), args.via.split(",")
+    names = args.backends.split(",")
+    vias = args.via.split(",") if args.via else [DEFAULT_VIA.get(n, "open") for n in names]
+    if len(vias) not in (1, len(names)):
+        raise SystemExit(f"--via: give one, or one per backend ({len(names)})")
     for name, via in zip(names, vias if len(vias) > 1 else vias * len(names), strict=True):
         if via not in ("open", "fork"):
             raise SystemExit(f"--via: {via!r} is neither open nor fork")
@@ -337,7 +342,8 @@ async def main(args: argparse.Namespace, write: Callable[[Path, str], None]) -> 
                                 and not any(result["left"].values()))
         ok = ok and result["target_met"]
         report["backends"][name] = result
+        await asyncio.to_thread(write, out, json.dumps(report, indent=2))  # kept if a later backend fails
     text = json.dumps(report, indent=2)
     print(text)
-    await asyncio.to_thread(write, Path(args.out or "bench/results/sandbox_live.json"), text)
+    await asyncio.to_thread(write, out, text)
     return 0 if ok else 1
