@@ -373,6 +373,7 @@ def render_harbor(root: Path) -> str:
         lines += [f"## {data['dataset']} ({size})", "",
                   f"Measured {data['measured']} at the dataset's commit {data['commit']}, backend "
                   f"{data['backend']}: `{data['command']}` (`docs/harbor/{path.name}`).", "",
+                  *([data["note"] + ".", ""] if data.get("note") else []),
                   *_roundtrip(data.get("roundtrip")), *_harbor_summary(rows), "",
                   *_table(["reason", "tasks"], [[k, str(v)] for k, v in reasons.most_common()]), "",
                   *_table(["task", "built", "oracle", "no-op", "python", "reason", "detail", "s"],
