@@ -21,7 +21,7 @@ DEFECTS = (TASK_INCOMPLETE, NEEDS_PRIVILEGES)
 
 _TESTS_PATH = re.compile(r"""["'](/tests/[\w./-]+)["']""")
 """A string literal naming a file in the verifier's folder (``/tests`` in a Harbor container)."""
-_SETUID = re.compile(r"\bchmod\s+(?:-\S+\s+)*(?:[ugoa]*\+[rwx]*s[rwx]*|0?[2467][0-7]{3})\s")
+_SETUID = re.compile(r"\bchmod\s+(?:-\S+\s+)*(?:[ugoa]*\+[rwx]*s[rwx]*|0?[2-7][0-7]{3})\s")
 """``chmod u+s`` / ``g+s`` / ``+s`` or a four-digit mode with the setuid or setgid bit."""
 
 

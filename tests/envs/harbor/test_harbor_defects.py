@@ -38,6 +38,8 @@ def test_a_folder_test_sh_names_may_be_made_at_run_time(tmp_path: Path) -> None:
     ("RUN chown root /x && chmod u+s /x", True),
     ("RUN chmod -R g+rws /srv/shared ", True),
     ("RUN chmod 2755 /usr/bin/wall", True),
+    ("RUN chmod 5755 /usr/local/bin/helper", True),
+    ("RUN chmod 1777 /scratch", False),
     ("RUN chmod 755 /usr/local/bin/helper", False),
     ("RUN chmod +x /usr/local/bin/helper", False),
     ("RUN chmod 0644 /etc/motd", False),
