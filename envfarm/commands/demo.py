@@ -24,12 +24,14 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import TaskID
 from rich.table import Table
 
 from envfarm.demo import PARTS, DemoConfig, DemoResult, PartResult, next_steps, run_demo
 from envfarm.demo.result import BUNDLED_POLICY
 from envfarm.sandbox.values import DEFAULT_BACKEND
+
+from .options import progress_bar
 
 console = Console()
 D = DemoConfig()  # the defaults
@@ -55,12 +57,11 @@ def table(part: PartResult) -> Table:
 
 
 def _run(config: DemoConfig) -> DemoResult:
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     tasks: dict[str, TaskID] = {}
     if logging.getLogger().getEffectiveLevel() >= logging.WARNING:
         for name in CHATTY:
             logging.getLogger(name).setLevel(logging.CRITICAL)
-    with Progress(*columns, console=console, transient=True) as bar:
+    with progress_bar(console, transient=True) as bar:
 
         def progress(label: str, done: int, total: int) -> None:
             key = label.split(":")[0]

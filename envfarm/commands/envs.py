@@ -9,13 +9,14 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import TaskID
 from rich.table import Table
 
 from envfarm.sandbox import BACKENDS, DEFAULT_BACKEND
 
 from .farm import EnvArgsOpt, parse_env_kwargs
 from .openenv import serve_command
+from .options import progress_bar
 
 app = typer.Typer(name="envs", no_args_is_help=True,
                   help="Registered environments: list them, run the conformance suite, serve one (OpenEnv).")
@@ -60,8 +61,7 @@ def check(
 
     env_info(env_id)  # a clear error for an unknown id, before anything starts
     get_backend(backend)  # and for an unknown backend
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
+    with progress_bar(console, transient=True) as progress:
         bars: dict[str, TaskID] = {}
 
         def update(name: str, done: int, total: int) -> None:

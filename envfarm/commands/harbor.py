@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from envfarm.sandbox.values import DEFAULT_BACKEND
+
+from .options import progress_bar
 
 if TYPE_CHECKING:
     from envfarm.envs.harbor.check import Check, CheckRow
@@ -73,8 +74,7 @@ def check_cmd(tasks: TasksOpt, task_ids: TaskIdsOpt = None, report: ReportOpt = 
 
     ids = _ids(task_ids)
     total = len(select_dirs(tasks, list(ids) or None))  # a bad folder or id fails here, in one line
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err, disable=not err.is_terminal, transient=True) as bar:
+    with progress_bar(err, transient=True, disable=not err.is_terminal) as bar:
         job = bar.add_task("checking", total=total)
         result = check_tasks(tasks, ids, lambda row: bar.advance(job))
     if report is not None:
@@ -126,8 +126,7 @@ def validate_cmd(
     config = ValidateConfig(tasks=tasks, report_dir=report_dir, task_ids=ids, run_id=run_id,
                             max_workers=max_workers, repeat=repeat, backend=backend,
                             prune_images=prune_images, sample=sample, seed=seed)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err, disable=not err.is_terminal) as bar:
+    with progress_bar(err, disable=not err.is_terminal) as bar:
         job = bar.add_task("validating", total=total)
 
         def on_event(event: Event) -> None:

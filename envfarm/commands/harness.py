@@ -15,13 +15,13 @@ import typer
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import Progress, TaskID
 from rich.table import Table
 
 from envfarm.errors import ConfigError, SpecNotFound
 from envfarm.sandbox.values import TIMEOUTS
 
-from .options import deprecated
+from .options import deprecated, progress_bar
 
 if TYPE_CHECKING:
     from envfarm.harness import Instance, Plan, RunReport
@@ -341,8 +341,7 @@ def _print_summary(result: RunReport) -> None:
 
 
 def _progress() -> Progress:
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    return Progress(*columns, console=err, transient=False, disable=not err.is_terminal)
+    return progress_bar(err, disable=not err.is_terminal)
 
 
 def _advance(bar: Progress, task: TaskID, event: object, counts: dict[str, int]) -> None:

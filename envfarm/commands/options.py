@@ -21,6 +21,8 @@ from functools import cache
 from typing import Any, ParamSpec, TypeVar
 
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from envfarm.errors import ConfigError
 
@@ -106,5 +108,11 @@ def alias(command: Callable[P, R], old: str, new: str) -> Callable[P, R]:
     return run
 
 
+def progress_bar(console: Console, *, transient: bool = False, disable: bool = False) -> Progress:
+    """The commands' progress display: the task's description, a bar, done of total and the time elapsed."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    return Progress(*columns, console=console, transient=transient, disable=disable)
+
+
 __all__ = ["alias", "config_help", "config_option", "deprecated", "field_default", "field_docs",
-           "old_spelling"]
+           "old_spelling", "progress_bar"]
