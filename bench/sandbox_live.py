@@ -9,19 +9,24 @@ first few (bwrap: bwrap and the agent; docker: containerd's shim and the agent).
 checks the resources that run out first on one host, and stops opening (reporting which one) rather than
 take the machine down: MemAvailable above ``--floor-mib``, file descriptors under the soft RLIMIT_NOFILE
 (raised to the hard limit first), kernel tasks under pid_max, time within ``--max-s``.
+
+``--ksm`` (the default) runs the host's ksmd for the test and restores its settings after: bwrap agents then
+boot alike and share their common pages (``BwrapConfig.share_agent_pages``). The report gives ksmd's pages
+and the CPU seconds it spent, the price of the sharing. ``--no-ksm`` measures without.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime
 import json
 import os
 import resource
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +50,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--batch", type=int, default=50, help="sandboxes opened per batch")
     ap.add_argument("--floor-mib", type=int, default=2048, help="stop opening below this host MemAvailable")
     ap.add_argument("--max-s", type=float, default=1500.0, help="stop opening after this many seconds")
+    ap.add_argument("--ksm", action=argparse.BooleanOptionalAction, default=True,
+                    help="run the host's ksmd during the test, so bwrap agents share their common pages")
+    ap.add_argument("--settle-s", type=float, default=180.0,
+                    help="with --ksm: wait up to this long after opening for ksmd to finish merging")
 
 
 # ------------------------------------------------------------------------------------------ host figures
@@ -89,6 +98,61 @@ def short_of(name: str, want: int, args: argparse.Namespace, t0: float) -> str |
     if time.perf_counter() - t0 > args.max_s:
         return f"time: over --max-s {args.max_s:.0f}s"
     return None
+
+
+# ------------------------------------------------------------------------------------------ ksmd
+
+KSM = Path("/sys/kernel/mm/ksm")
+KSM_SETTINGS = {"run": "1", "pages_to_scan": "2000", "sleep_millisecs": "20"}
+
+
+@contextlib.contextmanager
+def ksm_running(on: bool) -> Iterator[bool]:
+    """ksmd merging pages (``KSM_SETTINGS``) inside the block when ``on`` and the kernel has KSM; the
+    previous settings come back after. Yields whether it runs."""
+    if not on or not (KSM / "run").exists():
+        yield False
+        return
+    before = {name: (KSM / name).read_text().strip() for name in KSM_SETTINGS}
+    try:
+        for name, value in KSM_SETTINGS.items():
+            (KSM / name).write_text(value)
+        yield True
+    finally:
+        for name, value in before.items():
+            (KSM / name).write_text(value)
+
+
+def ksmd_cpu_s() -> float:
+    """CPU seconds ksmd (a kernel thread) has used since boot; 0 where there is none."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and comm(int(entry.name)) == "ksmd":
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return 0.0
+
+
+def ksm_figures() -> dict[str, float]:
+    names = ("pages_shared", "pages_sharing", "full_scans")
+    out: dict[str, float] = {n: int((KSM / n).read_text()) for n in names if (KSM / n).exists()}
+    out["ksmd_cpu_s"] = ksmd_cpu_s()
+    return out
+
+
+async def settle(ksm: bool, limit_s: float) -> float:
+    """Wait until ksmd stops finding more pages to share (two full scans without growth), at most
+    ``limit_s``; the seconds waited."""
+    t = time.perf_counter()
+    if not ksm:
+        return 0.0
+    last, scans = ksm_figures(), 0
+    while time.perf_counter() - t < limit_s and scans < 2:
+        await asyncio.sleep(5)
+        now = ksm_figures()
+        if now["full_scans"] > last["full_scans"]:
+            scans = scans + 1 if now["pages_sharing"] <= last["pages_sharing"] * 1.001 else 0
+            last = now
+    return time.perf_counter() - t
 
 
 # ------------------------------------------------------------------------------------------ processes
@@ -264,9 +328,10 @@ async def close_all(boxes: list[Sandbox]) -> float:
     return time.perf_counter() - t
 
 
-async def hold(name: str, backend: Backend, n: int, via: str, args: argparse.Namespace) -> dict[str, Any]:
+async def hold(name: str, backend: Backend, n: int, via: str, args: argparse.Namespace,
+               ksm: bool) -> dict[str, Any]:
     t0 = time.perf_counter()
-    before = meminfo()
+    before, ksm_before = meminfo(), ksm_figures() if ksm else {}
     boxes: list[Sandbox] = []
     errors: list[str] = []
     stopped: str | None = None
@@ -286,7 +351,8 @@ async def hold(name: str, backend: Backend, n: int, via: str, args: argparse.Nam
             progress(name, len(boxes), t0, before["MemAvailable"])
         open_s = time.perf_counter() - t0
         await asyncio.sleep(3)
-        after = meminfo()
+        settle_s = await settle(ksm, args.settle_s)
+        after, ksm_after = meminfo(), ksm_figures() if ksm else {}
         held = {"host_fds": open_fds(), "host_tasks": tasks()}
         procs = await asyncio.to_thread(process_memory, name, boxes)
         t = time.perf_counter()
@@ -302,6 +368,8 @@ async def hold(name: str, backend: Backend, n: int, via: str, args: argparse.Nam
             "lost": len(errors) + live - answered,
             "stopped_by": stopped, "errors": errors[:5], "n_errors": len(errors),
             "open_s": round(open_s, 1), "answer_all_s": round(answer_s, 1), "close_s": round(close_s, 1),
+            "ksm": {"running": ksm, "settle_s": round(settle_s, 1),
+                    **{k: round(v - ksm_before.get(k, 0), 1) for k, v in ksm_after.items()}},
             "mib_per_sandbox": drop["MemAvailable"], "mib_per_sandbox_by_kind": {**drop, **grew},
             "mem_available_mib": {"before": round(before["MemAvailable"]),
                                   "live": round(after["MemAvailable"])},
@@ -333,7 +401,8 @@ async def main(args: argparse.Namespace, write: Callable[[Path, str], None]) -> 
         backend = get_backend(name)
         await backend.check()
         try:
-            result = await hold(name, backend, n, via, args)
+            with ksm_running(args.ksm and name == "bwrap") as ksm:
+                result = await hold(name, backend, n, via, args, ksm)
         finally:
             await backend.aclose()
         result["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]

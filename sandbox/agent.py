@@ -39,7 +39,10 @@ try:  # the C module: the ``signal`` wrapper imports enum, a megabyte of every i
 except ImportError:  # pragma: no cover - a Python without it
     import signal
 
+ADDR_NO_RANDOMIZE = 0x0040000
+MADV_MERGEABLE = 12
 PR_SET_CHILD_SUBREAPER = 36
+SHARE_PAGES_ENV = "ENVFARM_SHARE_PAGES"
 PR_SET_DUMPABLE = 4
 CHUNK = 1 << 16
 DRAIN_AFTER_KILL_S = 2.0  # stop reading this long after a kill, even if a pipe stays open
@@ -48,23 +51,27 @@ EXIT_GRACE_S = 0.05  # after the command exits, wait this long for its pipes to 
 STDIN = 0
 
 
-def libc_function(name):
-    """A libc function taking and returning C ints, through ``_ctypes`` alone: the ``ctypes`` package
-    costs every idle sandbox half a megabyte. None when there is no such function."""
+def libc_function(name, argtypes=None):
+    """A libc function returning a C int, through ``_ctypes`` alone: the ``ctypes`` package costs every
+    idle sandbox half a megabyte. Arguments are C ints, or ``argtypes`` letters ("P" pointer, "L" size_t,
+    "i" int). None when there is no such function."""
     try:
         import _ctypes
 
-        class Int(_ctypes._SimpleCData):
-            _type_ = "i"
+        def c_type(letter):
+            return type("C" + letter, (_ctypes._SimpleCData,), {"_type_": letter})
 
         class Function(_ctypes.CFuncPtr):
             _flags_ = _ctypes.FUNCFLAG_CDECL
-            _restype_ = Int
+            _restype_ = c_type("i")
 
         class Libc:
             _handle = _ctypes.dlopen(None)
 
-        return Function((name, Libc()))
+        function = Function((name, Libc()))
+        if argtypes:
+            function.argtypes = tuple(c_type(letter) for letter in argtypes)
+        return function
     except (ImportError, OSError, AttributeError, TypeError):  # pragma: no cover - non-Linux or no libc
         return None
 
@@ -85,6 +92,33 @@ def trim():
     malloc_trim = libc_function("malloc_trim")
     if malloc_trim is not None:
         malloc_trim(0)
+
+
+def share_pages():
+    """Offer this process's pages to the kernel's same-page merging (KSM), when the host asked for it.
+
+    The host asks by starting us with ``SHARE_PAGES_ENV`` set, a fixed hash seed (``PYTHONHASHSEED``) and
+    address randomisation off (``setarch -R``): every agent of an image then boots into the same bytes at
+    the same addresses, and where the host runs ksmd, thousands of idle agents hold one copy of the ~2.7
+    MiB they have in common. Both settings are undone for the commands we run: the variables leave our
+    environment, and randomisation comes back for every program we start (a persona is inherited)."""
+    if os.environ.pop(SHARE_PAGES_ENV, None) is None:
+        return
+    os.environ.pop("PYTHONHASHSEED", None)
+    personality = libc_function("personality")
+    if personality is not None:
+        persona = personality(-1)  # 0xffffffff: a query
+        if persona != -1 and persona & ADDR_NO_RANDOMIZE:
+            personality(persona & ~ADDR_NO_RANDOMIZE)
+    madvise = libc_function("madvise", "PLi")
+    if madvise is None:  # pragma: no cover - non-Linux or no libc
+        return
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            span, perms = line.split(None, 2)[:2]
+            if perms[3] == "p" and not line.rstrip().endswith(("[vvar]", "[vdso]", "[vsyscall]")):
+                start, end = (int(x, 16) for x in span.split("-"))
+                madvise(start, end - start, MADV_MERGEABLE)  # a refusal leaves the pages private
 
 
 # ------------------------------------------------------------------------------------------------- json
@@ -509,6 +543,7 @@ def handle(req, lines):
 
 def main():
     harden()
+    share_pages()
     trim()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # an inherited SIG_IGN would auto-reap our children
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)

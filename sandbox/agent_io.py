@@ -18,7 +18,9 @@ def agent_source() -> str:
     return (Path(__file__).with_name("agent.py")).read_text()
 
 
-AGENT_BOOT = """import marshal, os
+AGENT_BOOT = """import sys
+sys.path[:] = [p for p in sys.path if p]
+import marshal, os
 def take(n):
     parts = []
     while n:
@@ -60,15 +62,21 @@ exec(code)
 """The ``-c`` program that boots the agent: it reads the agent's source from stdin (``agent_preamble``,
 the first bytes the host writes), compiles it in a short-lived child and runs the child's code. Every
 idle sandbox holds ~0.5 MiB less than with the source as a ``-c`` argument: Python keeps the syntax tree
-of a ``-c`` program while it runs, several copies of its argv, and the compiler's leftovers on its heap."""
+of a ``-c`` program while it runs, several copies of its argv, and the compiler's leftovers on its heap.
+Its first line drops the current folder from the import path, which ``-c`` puts there unless ``-I``."""
+
+SHARE_PAGES_ENV = {"ENVFARM_SHARE_PAGES": "1", "PYTHONHASHSEED": "0"}
+"""The agent's environment when it shares its pages (``agent.share_pages``, which reads the first name)."""
 
 
-def agent_argv(python: str = "python3") -> list[str]:
+def agent_argv(python: str = "python3", share_pages: bool = False) -> list[str]:
     """argv that starts the agent; the host then writes ``agent_preamble()`` to its stdin, first.
 
     ``-I``: isolated (no environment variables, no user site, no current folder on the path); ``-S``: no
-    ``site`` (the agent needs the standard library alone, and every idle sandbox maps less)."""
-    return [python, "-u", "-I", "-S", "-c", AGENT_BOOT]
+    ``site`` (the agent needs the standard library alone, and every idle sandbox maps less).
+    ``share_pages``: ``-s`` (no user site) instead of ``-I``, so that the agent reads ``PYTHONHASHSEED``
+    from ``SHARE_PAGES_ENV``; the caller then owns the whole environment (bwrap's ``--clearenv``)."""
+    return [python, "-u", "-s" if share_pages else "-I", "-S", "-c", AGENT_BOOT]
 
 
 @cache

@@ -16,8 +16,12 @@ ISOLATED = [
 ALL = [*ISOLATED, pytest.param("local", id="local")]
 
 
+SHARED_PAGES = pytest.param("bwrap-shared", marks=pytest.mark.bwrap, id="bwrap-shared")
+"""bwrap whose agents share their pages (``share_agent_pages``), for the suites that must hold there too."""
+
+
 async def _backend(name: str) -> AsyncIterator[Backend]:
-    backend = get_backend(name)
+    backend = get_backend("bwrap", share_agent_pages=True) if name == "bwrap-shared" else get_backend(name)
     await backend.check()
     try:
         yield backend
@@ -36,6 +40,13 @@ async def any_backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
 @pytest.fixture(params=ISOLATED)
 async def isolated_backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
     """The backends that must contain hostile code: docker and bwrap."""
+    async for backend in _backend(request.param):
+        yield backend
+
+
+@pytest.fixture(params=[*ISOLATED, SHARED_PAGES])
+async def hostile_backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    """The isolating backends, and bwrap with shared agent pages: the hostile probes must hold in each."""
     async for backend in _backend(request.param):
         yield backend
 

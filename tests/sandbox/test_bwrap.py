@@ -144,6 +144,73 @@ async def test_bwrap_starts_where_other_sandboxes_mounts_are_out_of_view(backend
         assert (await first.exec("ls /workspace")).stdout == ""
 
 
+# ------------------------------------------------------------------------------------ shared agent pages
+
+
+def agent_pid(sb: object) -> int:
+    """Host pid of the sandbox's agent: the one child of the bwrap process."""
+    pid = handle(sb).pid
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    assert len(children) == 1, children
+    return int(children[0])
+
+
+@pytest.mark.bwrap
+async def test_shared_agent_pages_leave_commands_as_they_were(rootfs: Path) -> None:
+    """With shared pages the agent boots without address randomisation and with a fixed hash seed, and
+    marks its memory mergeable; the commands it runs get neither setting nor its variables."""
+    backend = BwrapBackend(rootfs=rootfs, share_agent_pages=True)
+    probe = ("cat /proc/self/personality; env | sort; "
+             "python3 -c 'import sys; print(sys.flags.hash_randomization, hash(\"envfarm\"))'")
+    try:
+        async with backend.open() as a, backend.open() as b:
+            out = [(await sb.exec(probe, check=True)).stdout.splitlines() for sb in (a, b)]
+            smaps = await asyncio.to_thread(Path(f"/proc/{agent_pid(a)}/smaps").read_text)
+    finally:
+        await backend.aclose()
+    for lines in out:
+        assert lines[0] == "00000000"  # ADDR_NO_RANDOMIZE (0x0040000) is off again
+        assert not [v for v in lines if v.startswith(("PYTHONHASHSEED=", "ENVFARM_SHARE_PAGES="))]
+        assert lines[-1].startswith("1 ")
+    assert out[0][-1] != out[1][-1]  # each command's Python draws its own hash seed
+    assert sum(" mg" in line for line in smaps.splitlines() if line.startswith("VmFlags:")) >= 5
+
+
+@pytest.mark.bwrap
+async def test_shared_pages_agent_does_not_import_from_the_workspace(rootfs: Path) -> None:
+    """Without ``-I`` the agent's ``-c`` would put its folder (/workspace) first on the import path; a fork
+    of a sandbox whose workspace holds a planted module must boot the real one."""
+    backend = BwrapBackend(rootfs=rootfs, share_agent_pages=True)
+    plant = "import os\nos.makedirs('/tmp/planted', exist_ok=True)\n"
+    try:
+        async with backend.open() as parent:
+            for name in ("binascii", "select", "_json"):
+                await parent.write_file(f"/workspace/{name}.py", plant)
+            child = await parent.fork()
+            try:
+                assert (await child.exec("echo ok; ls /tmp")).stdout == "ok\n"
+            finally:
+                await child.close()
+    finally:
+        await backend.aclose()
+
+
+@pytest.mark.bwrap
+async def test_pages_are_shared_only_when_asked_or_ksm_runs(rootfs: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           tmp_path: Path) -> None:
+    import envfarm.sandbox.bwrap as bwrap
+
+    run = tmp_path / "run"
+    monkeypatch.setattr(bwrap, "KSM_RUN", run)
+    auto, off = BwrapBackend(rootfs=rootfs), BwrapBackend(rootfs=rootfs, share_agent_pages=False)
+    assert not auto._share_pages()  # no KSM in this kernel (the file is missing)
+    run.write_text("1\n")
+    assert auto._share_pages() and not off._share_pages()
+    run.write_text("0\n")
+    assert not auto._share_pages()
+    assert BwrapBackend(rootfs=rootfs, share_agent_pages=True)._share_pages()
+
+
 @pytest.mark.bwrap
 async def test_network_is_loopback_only(backend: BwrapBackend) -> None:
     async with backend.open() as sb:

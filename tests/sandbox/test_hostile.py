@@ -22,8 +22,8 @@ async def assert_healthy(backend: Backend, *others: Sandbox) -> None:
         assert (await fresh.exec("echo fresh")).stdout == "fresh\n"
 
 
-async def test_fork_bomb_is_capped_by_pids(isolated_backend: Backend) -> None:
-    async with isolated_backend.open(limits=Limits(pids=64)) as sb, isolated_backend.open() as bystander:
+async def test_fork_bomb_is_capped_by_pids(hostile_backend: Backend) -> None:
+    async with hostile_backend.open(limits=Limits(pids=64)) as sb, hostile_backend.open() as bystander:
         t0 = time.perf_counter()
         res = await sb.exec(":(){ :|:& };:", timeout_s=5)
         assert time.perf_counter() - t0 < 20
@@ -31,20 +31,20 @@ async def test_fork_bomb_is_capped_by_pids(isolated_backend: Backend) -> None:
         assert (await sb.exec("echo survived")).stdout == "survived\n"
         count = int((await sb.exec("ps -e --no-headers | wc -l")).stdout)
         assert count < 10, f"{count} processes left after the fork bomb"
-        await assert_healthy(isolated_backend, bystander)
+        await assert_healthy(hostile_backend, bystander)
 
 
-async def test_memory_hog_is_oom_killed(isolated_backend: Backend) -> None:
-    async with isolated_backend.open(limits=Limits(memory_mb=128)) as sb:
+async def test_memory_hog_is_oom_killed(hostile_backend: Backend) -> None:
+    async with hostile_backend.open(limits=Limits(memory_mb=128)) as sb:
         res = await sb.exec("python3 -c 'b = bytearray(512 << 20); print(len(b))'", timeout_s=30)
         assert res.exit_code in (-9, 137), res
         assert "536870912" not in res.stdout
         assert (await sb.exec("echo alive")).stdout == "alive\n"
-        await assert_healthy(isolated_backend, sb)
+        await assert_healthy(hostile_backend, sb)
 
 
-async def test_disk_fill_stops_at_the_workspace_cap(isolated_backend: Backend) -> None:
-    async with isolated_backend.open(limits=Limits(disk_mb=64, memory_mb=512)) as sb:
+async def test_disk_fill_stops_at_the_workspace_cap(hostile_backend: Backend) -> None:
+    async with hostile_backend.open(limits=Limits(disk_mb=64, memory_mb=512)) as sb:
         res = await sb.exec("dd if=/dev/zero of=fill bs=1M count=1000", timeout_s=60)
         assert res.exit_code != 0 and "No space left" in res.stderr
         size = int((await sb.exec("stat -c %s fill")).stdout)
@@ -53,11 +53,11 @@ async def test_disk_fill_stops_at_the_workspace_cap(isolated_backend: Backend) -
         assert "No space left" in tmp.stderr
         await sb.exec("rm -f fill /tmp/fill", check=True)
         assert (await sb.exec("echo ok > small && cat small")).stdout == "ok\n"
-        await assert_healthy(isolated_backend, sb)
+        await assert_healthy(hostile_backend, sb)
 
 
-async def test_shm_and_open_files_are_capped(isolated_backend: Backend) -> None:
-    async with isolated_backend.open(limits=Limits(shm_mb=8, open_files=256, memory_mb=256)) as sb:
+async def test_shm_and_open_files_are_capped(hostile_backend: Backend) -> None:
+    async with hostile_backend.open(limits=Limits(shm_mb=8, open_files=256, memory_mb=256)) as sb:
         res = await sb.exec("dd if=/dev/zero of=/dev/shm/fill bs=1M count=100", timeout_s=30)
         assert res.exit_code != 0 and "No space left" in res.stderr, res
         assert int((await sb.exec("stat -c %s /dev/shm/fill")).stdout) <= 8 << 20
@@ -69,20 +69,20 @@ async def test_shm_and_open_files_are_capped(isolated_backend: Backend) -> None:
         errno_, opened = res.stdout.split()
         assert errno_ == "24" and int(opened) < 256  # EMFILE
         assert (await sb.exec("ulimit -n 100000")).exit_code != 0  # the hard cap cannot be raised
-        await assert_healthy(isolated_backend, sb)
+        await assert_healthy(hostile_backend, sb)
 
 
-async def test_huge_output_is_truncated_not_buffered(isolated_backend: Backend) -> None:
-    async with isolated_backend.open() as sb:
+async def test_huge_output_is_truncated_not_buffered(hostile_backend: Backend) -> None:
+    async with hostile_backend.open() as sb:
         res = await sb.exec("head -c 300000000 /dev/urandom", timeout_s=120)
         assert res.truncated and not res.timed_out
         assert len(res.stdout.encode()) <= 3 * sb.limits.output_bytes  # replacement chars widen bytes
-        await assert_healthy(isolated_backend, sb)
+        await assert_healthy(hostile_backend, sb)
 
 
-async def test_commands_cannot_kill_or_hijack_the_agent(isolated_backend: Backend) -> None:
+async def test_commands_cannot_kill_or_hijack_the_agent(hostile_backend: Backend) -> None:
     """Commands run as the agent's uid; a policy must not turn a failing episode into an infra error."""
-    async with isolated_backend.open() as sb:
+    async with hostile_backend.open() as sb:
         for attack in ("kill -9 $PPID", "kill -9 -1", "kill -INT 1", "kill -STOP 1", "kill -9 1"):
             await sb.exec(attack, timeout_s=10)
             assert (await sb.exec("echo alive")).stdout == "alive\n", attack
@@ -92,8 +92,8 @@ async def test_commands_cannot_kill_or_hijack_the_agent(isolated_backend: Backen
         assert (await sb.exec("echo alive")).stdout == "alive\n"
 
 
-async def test_root_is_read_only_and_user_unprivileged(isolated_backend: Backend) -> None:
-    async with isolated_backend.open() as sb:
+async def test_root_is_read_only_and_user_unprivileged(hostile_backend: Backend) -> None:
+    async with hostile_backend.open() as sb:
         assert (await sb.exec("id -u")).stdout.strip() == "1000"
         for path in ("/etc/evil", "/usr/bin/evil", "/evil", "/var/evil"):
             res = await sb.exec(["touch", path])
@@ -106,16 +106,16 @@ async def test_root_is_read_only_and_user_unprivileged(isolated_backend: Backend
         assert su.exit_code != 0
 
 
-async def test_host_paths_and_docker_socket_are_invisible(isolated_backend: Backend) -> None:
-    async with isolated_backend.open() as sb:
+async def test_host_paths_and_docker_socket_are_invisible(hostile_backend: Backend) -> None:
+    async with hostile_backend.open() as sb:
         for path in ("/var/run/docker.sock", "/run/docker.sock", "/work", "/root/.cache", "/opt/wheels"):
             assert (await sb.exec(["test", "-e", path])).exit_code != 0, f"{path} is visible"
         ls = await sb.exec("ls -A /workspace /tmp")
         assert "envfarm" not in ls.stdout
 
 
-async def test_only_loopback_network(isolated_backend: Backend) -> None:
-    async with isolated_backend.open() as sb:
+async def test_only_loopback_network(hostile_backend: Backend) -> None:
+    async with hostile_backend.open() as sb:
         ifaces = (await sb.exec("ls /sys/class/net 2>/dev/null")).stdout.split()
         assert ifaces in ([], ["lo"])  # bwrap mounts no /sys at all; /proc/net/dev is the real check
         dev = (await sb.exec("tail -n +3 /proc/net/dev")).stdout
@@ -146,14 +146,14 @@ async def test_container_killed_mid_command_raises_crashed() -> None:
 
 
 @pytest.mark.slow
-async def test_256_sandboxes_at_once(isolated_backend: Backend) -> None:
+async def test_256_sandboxes_at_once(hostile_backend: Backend) -> None:
     n = 256
     gate = asyncio.Semaphore(16)
     limits = Limits(memory_mb=64, pids=32, disk_mb=16)
 
     async def start(i: int) -> Sandbox:
         async with gate:
-            return await isolated_backend.start(limits=limits)
+            return await hostile_backend.start(limits=limits)
 
     boxes: list[Sandbox] = []
     try:
@@ -161,10 +161,10 @@ async def test_256_sandboxes_at_once(isolated_backend: Backend) -> None:
         boxes = [b for b in results if isinstance(b, Sandbox)]
         errors = [r for r in results if not isinstance(r, Sandbox)]
         assert not errors, errors[:3]
-        assert isolated_backend.live == n
+        assert hostile_backend.live == n
         outs = await asyncio.gather(*(b.exec(f"echo {i}") for i, b in enumerate(boxes)))
         assert [o.stdout for o in outs] == [f"{i}\n" for i in range(n)]
-        await assert_healthy(isolated_backend)
+        await assert_healthy(hostile_backend)
     finally:
         await asyncio.gather(*(b.close() for b in boxes))
-    assert isolated_backend.live == 0
+    assert hostile_backend.live == 0
