@@ -133,6 +133,27 @@ def render_fork(data: dict[str, Any]) -> list[str]:
     ]
 
 
+def render_live(data: dict[str, Any]) -> list[str]:
+    """``bench/sandbox.py --live-only``: sandboxes held live at once, per backend."""
+    rows, limits = [], data["limits"]
+    for name, b in data["backends"].items():
+        ksm = b.get("ksm", {})
+        sharing = (f"on: {_fmt(ksm['pages_sharing'])} pages sharing, ksmd {ksm['ksmd_cpu_s']:.0f} CPU s"
+                   if ksm.get("running") else "off")
+        left = sum(b["left"].values())
+        rows.append([f"{name} via {b['via']}", f"{_fmt(b['live'])} of {_fmt(b['target'])}",
+                     f"{_fmt(b['answered'])} / {_fmt(b['lost'])}", f"{b['mib_per_sandbox']:.2f}",
+                     f"{b['open_s']:.0f} s", sharing, "nothing" if not left else f"{left} items"])
+    return [
+        f"{data['cpus']} cores, {_fmt(data['mem_total_mib'])} MiB; sandboxes of {limits['memory_mb']} MiB / "
+        f"{limits['pids']} pids / {limits['disk_mb']} MiB disk. MiB per sandbox is the "
+        "host's MemAvailable drop over the live sandboxes.",
+        "",
+        *_table(["backend", "live", "answered / lost", "MiB per sandbox", "opening all", "page sharing (KSM)",
+                 "left after"], rows),
+    ]
+
+
 def render_attempts(data: dict[str, Any]) -> list[str]:
     """``bench/attempts.py``: k attempts per task forked from one prepared env, against one attempt."""
     rows = []
@@ -183,6 +204,9 @@ BENCHES: dict[str, Bench] = {
     "faults.json": Bench("Fault suites under load", "python bench/faults.py", render_faults),
     "fork.json": Bench("Sandbox fork", "python bench/fork.py", render_fork),
     "attempts.json": Bench("Attempt groups from one state", "python bench/attempts.py", render_attempts),
+    "sandbox_live_bwrap.json": Bench("Sandboxes live at once: bwrap",
+                                     "python bench/sandbox.py --live-only --backends bwrap --live 5000",
+                                     render_live),
 }
 
 
