@@ -272,10 +272,14 @@ class Farm:
         if self.config.max_staleness is not None:  # know both versions before the first episode starts
             await self._refresh_learner_version()
 
+    def _groups_on(self) -> bool:
+        """Whether a task's attempts start from one prepared env: grouping is on and the env can fork."""
+        return self.config.fork_groups and self.spec.attempts > 1 and env_class(self.spec.env_id).forkable
+
     def _make_groups(self) -> Groups | None:
         """The run's groups (tasks whose pending attempts start from one prepared env), or None when the
         env cannot fork or grouping is off."""
-        if not self.config.fork_groups or self.spec.attempts < 2 or not env_class(self.spec.env_id).forkable:
+        if not self._groups_on():
             return None
         pending = Counter(self.spec.seed_of(i) for i in self._pending)
         spec, backend, pools = self.spec, self.config.backend, self._pools

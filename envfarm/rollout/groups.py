@@ -66,6 +66,16 @@ class Groups:
         self.forks = 0
         """Attempts started on a fork so far."""
 
+    def add(self, seed: int, attempts: int) -> None:
+        """``attempts`` more attempts at ``seed`` to play here: a Ray worker learns its tasks as they
+        come."""
+        if attempts < 2 and seed not in self._tasks:
+            return
+        if seed not in self._tasks:
+            self._tasks[seed] = _Task(0)
+            self._order.append(seed)
+        self._tasks[seed].left += attempts
+
     def grouped(self, seed: int) -> bool:
         """Whether the next attempt at ``seed`` starts from the group's prepared state."""
         task = self._tasks.get(seed)

@@ -13,8 +13,10 @@ Shape: a :class:`Farm` whose episode slots play remotely. On setup the driver jo
 next index from the farm's one queue through the farm's gate (backpressure, staleness, stop) and hands it to
 the live worker with the largest free part of its share, so a faster node, whose episodes end sooner, plays
 more; the episode runs on the node (its backend, its images, its pool) and its Trajectory JSON comes back as
-the reply of that one call. Everything else is the one-machine farm's: the
-fsync'd spool, sink cursors, at-least-once delivery, ``--resume``, interrupted records, the summary.
+the reply of that one call. The attempts at one task (``--attempts``) all go to the worker that got the
+first of them, which prepares the task once and forks them (``groups.py``), unless that worker is lost.
+Everything else is the one-machine farm's: the fsync'd spool, sink cursors, at-least-once delivery,
+``--resume``, interrupted records, the summary.
 
 Node loss: a call that fails because its actor or node died (``RayActorError``, a crashed worker, a lost
 object) puts that index back at the head of the queue for the other workers and retires the worker; nothing
@@ -30,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field, replace
@@ -69,6 +72,10 @@ class NodeStats:
     steps: int = 0
     requeued: int = 0
     """Episodes in flight on this node when it was lost, given to other workers."""
+    resets: int = 0
+    """Tasks prepared here for their attempts to fork from (reported by the worker when it stops)."""
+    forks: int = 0
+    """Attempts started here on a fork of their task's prepared env."""
     lost: str | None = None
     """Why the worker was retired (actor or node died), else None."""
     started: float = field(default_factory=time.monotonic)
@@ -82,7 +89,8 @@ class NodeStats:
                 "episodes": self.episodes, "steps": self.steps,
                 "episodes_per_s": round(self.episodes / span, 2) if span > 0 else 0.0,
                 "steps_per_s": round(self.steps / span, 2) if span > 0 else 0.0,
-                "requeued": self.requeued, "lost": self.lost}
+                "requeued": self.requeued, "group_resets": self.resets, "forks": self.forks,
+                "lost": self.lost}
 
 
 class RayFarm(Farm):
@@ -97,6 +105,10 @@ class RayFarm(Farm):
         self.nodes: list[NodeStats] = []
         self._recorded: set[int] = set()
         self._cluster: Cluster | None = None
+        self._owners: dict[int, NodeStats] = {}
+        """The worker playing each grouped task's attempts (seed -> worker)."""
+        self._unsent: Counter[int] = Counter()
+        """Attempts per grouped task not yet handed to a worker."""
 
     # ------------------------------------------------------------------------------------------ setup
 
@@ -105,6 +117,8 @@ class RayFarm(Farm):
         if not self._pending:
             return
         self._recorded = set(range(self.spec.episodes)) - set(self._pending)
+        if self._groups_on():
+            self._unsent = Counter(self.spec.seed_of(i) for i in self._pending)
         self._cluster = await connect(self.ray)
         stack.push_async_callback(self._cluster.close)
         policy = self._pickled_policy()  # before the driver's copy starts (sessions do not pickle)
@@ -140,8 +154,9 @@ class RayFarm(Farm):
                 num_cpus=0, max_restarts=0, max_concurrency=max(1000, 2 * s.slots),
                 scheduling_strategy=NodeAffinitySchedulingStrategy(s.node.node_id, soft=False)).remote()
         spec = self.spec
-        starts = [s.handle.start.remote(WorkerSpec(spec, self.config, s.slots), cloudpickle.loads(policy))
-                  for s in self.nodes]
+        grouped = bool(self._unsent)
+        starts = [s.handle.start.remote(WorkerSpec(spec, self.config, s.slots, grouped),
+                                        cloudpickle.loads(policy)) for s in self.nodes]
         results = await asyncio.gather(*starts, return_exceptions=True)
         for s, result in zip(self.nodes, results, strict=True):
             if not isinstance(result, BaseException):
@@ -159,11 +174,14 @@ class RayFarm(Farm):
 
         alive = [s for s in self.nodes if s.handle is not None and s.lost is None]
         if alive:
-            stops = [s.handle.stop.remote() for s in alive]
-            done, _ = await asyncio.wait([asyncio.ensure_future(r) for r in stops], timeout=STOP_WORKER_S)
+            stops = {asyncio.ensure_future(s.handle.stop.remote()): s for s in alive}
+            done, _ = await asyncio.wait(stops, timeout=STOP_WORKER_S)
             for task in done:
                 if not task.cancelled() and task.exception() is not None:
                     log.debug("stopping a farm worker: %s", task.exception())
+                elif not task.cancelled():
+                    counts = task.result() or {}
+                    stops[task].resets, stops[task].forks = counts.get("resets", 0), counts.get("forks", 0)
         for s in self.nodes:
             if s.handle is not None:
                 await asyncio.to_thread(ray.kill, s.handle, no_restart=True)
@@ -175,14 +193,14 @@ class RayFarm(Farm):
 
     async def _worker(self, out: asyncio.Queue[Trajectory | None]) -> None:
         while (index := await self._admit()) is not None:
-            owner = self._least_loaded()
+            owner, group = self._owner(index)
             self._inflight[index] = Episode(self.spec.episode_id(index), self.spec.env_id, index,
                                             self.spec.seed_of(index), self.spec.attempt_of(index),
                                             self.policy.name)
             owner.inflight.add(index)
             self.live.begin()
             try:
-                line = await self._play(owner, index)
+                line = await self._play(owner, index, group)
             except _WorkerLost as e:
                 self._requeue(owner, index, str(e))
                 continue
@@ -201,6 +219,20 @@ class RayFarm(Farm):
                 return index
             await asyncio.sleep(GATE_POLL_S)
 
+    def _owner(self, index: int) -> tuple[NodeStats, int]:
+        """The worker for episode ``index``: its task's worker when the task is grouped and that worker is
+        alive, else the least loaded; and, when the task goes to that worker for the first time, how many of
+        its attempts will (this one included; 0 otherwise)."""
+        seed = self.spec.seed_of(index)
+        if not self._unsent[seed]:
+            return self._least_loaded(), 0
+        left, self._unsent[seed] = self._unsent[seed], self._unsent[seed] - 1
+        owner = self._owners.get(seed)
+        if owner is not None and owner.lost is None:
+            return owner, 0
+        owner = self._owners[seed] = self._least_loaded()
+        return owner, left
+
     def _least_loaded(self) -> NodeStats:
         """The live worker with the largest free part of its share. One exists: this slot is free, so fewer
         than ``concurrency`` (the sum of the live workers' shares) episodes are in flight."""
@@ -209,11 +241,11 @@ class RayFarm(Farm):
             self._check_workers()
         return max(alive, key=lambda s: ((s.slots - len(s.inflight)) / max(s.slots, 1), s.slots))
 
-    async def _play(self, owner: NodeStats, index: int) -> str:
+    async def _play(self, owner: NodeStats, index: int, group: int) -> str:
         import ray
         from ray import exceptions as rx
 
-        ref = owner.handle.play.remote(index)
+        ref = owner.handle.play.remote(index, group)
         try:
             line: str = await ref
             return line
@@ -230,6 +262,8 @@ class RayFarm(Farm):
 
     def _requeue(self, owner: NodeStats, index: int, why: str) -> None:
         self._pending.appendleft(index)  # before it leaves _inflight: waiting slots see one or the other
+        if self._groups_on():
+            self._unsent[self.spec.seed_of(index)] += 1  # its task's next worker prepares it again
         del self._inflight[index]
         owner.requeued += 1
         if owner.lost is None:

@@ -110,6 +110,21 @@ async def test_400_episodes_over_two_nodes_on_loopback(cluster: Any, tmp_path: P
     assert all(n["lost"] is None and n["steps_per_s"] > 0 for n in s["nodes"].values())
 
 
+async def test_attempts_at_a_task_fork_from_one_prepared_env_on_one_node(cluster: Any, tmp_path: Path) -> None:
+    """With --attempts, every attempt at a task goes to one worker, which prepares the task once and forks
+    the other attempts from it; rewards are those of independent resets."""
+    tasks, attempts = 12, 4
+    farm = RayFarm(config(tasks * attempts, concurrency=8, attempts=attempts), make_policy("oracle"),
+                   RayConfig(cluster.address), run_dir=tmp_path / "run")
+    seen = [traj async for traj in farm.run()]
+    assert sorted(t.index for t in seen) == list(range(tasks * attempts))
+    assert all(t.status == "completed" and t.reward == 1.0 for t in seen)
+    nodes = farm.summary().nodes.values()
+    assert sum(n["group_resets"] for n in nodes) == tasks, nodes
+    assert sum(n["forks"] for n in nodes) == tasks * (attempts - 1), nodes
+    assert all(n["episodes"] > 0 for n in nodes), nodes  # the tasks spread over both nodes
+
+
 async def test_a_node_lost_mid_run_has_its_episodes_rerun(cluster: Any, tmp_path: Path) -> None:
     doomed = cluster.add_node(**NODE)
     cluster.wait_for_nodes()
