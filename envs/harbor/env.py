@@ -6,6 +6,8 @@
 picks one by name); the first observation is ``instruction.md``. Tools: ``bash`` (runs in the task's sandbox,
 cwd the image's WORKDIR) and ``submit``. On submit or at the step limit the verifier runs as Harbor runs it
 (``verifier.py``): reward from reward.txt / reward.json, 0 with ``info["reason"]`` when there is none.
+``afork()`` mid-episode gives an env at the same state on a copy-on-write fork of the sandbox, so a farm's
+``--attempts`` start from one seeded task.
 
 The image comes from ``image_for(task)`` (blocking, run in a thread; default
 :func:`envfarm.sandbox.harbor_image.ensure_task_image` of the task folder), an object with ``tag`` (None:
@@ -101,6 +103,10 @@ class HarborEnv(AgentEnv[HarborTask]):
     default_max_steps = 50
     default_limits = Limits(cpus=1.0, memory_mb=2048, pids=512, disk_mb=1024, timeout_s=120)
     sandboxes = "per_task"
+    forkable = True
+    fork_shared = frozenset({"tasks", "image_for", "task", "_task_image"})
+    """A fork shares the task set, the image lookup, the (frozen) task and its image; its sandbox is a
+    copy-on-write fork, so a group's attempts start from one built and seeded task."""
 
     def __init__(self, tasks: str | Path | None = None, task_ids: Sequence[str] | None = None,
                  image_for: ImageFor | None = None, bash_timeout_s: float = 120.0, **kwargs: Any) -> None:

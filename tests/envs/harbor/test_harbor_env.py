@@ -132,6 +132,30 @@ def test_parse_reward(text: str, reward: float, why: str | None) -> None:
     assert got == reward and (reason is None if why is None else why in reason)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_fork_mid_episode_is_independent_and_solves(tmp_path: Path, make_env: Any,
+                                                            backend: str) -> None:
+    """A fork after part of the oracle's actions: the same state, its own sandbox, and both finish with
+    reward 1; a file one writes is not seen by the other."""
+    write_task(tmp_path, "answer")
+    env = make_env(backend)
+    await env.areset(seed=0)
+    actions = env.oracle()
+    for action in actions[:-2]:
+        await env.astep(action)
+    twin = await env.afork()
+    try:
+        assert (twin.task, twin.steps, twin.transcript) == (env.task, env.steps, env.transcript)
+        await twin.astep(bash("echo twin > /workspace/only-twin"))
+        obs, *_ = await env.astep(bash("ls /workspace/only-twin"))
+        assert "No such file" in obs
+        for played in (twin, env):
+            rewards = [(await played.astep(a))[1] for a in actions[-2:]]
+            assert rewards[-1] == 1.0, played.transcript[-1]
+    finally:
+        await twin.aclose()
+
+
 def test_conformance_on_bwrap() -> None:
     register("tests/HarborTiny-v0", HarborEnv, tasks=str(TASKS), image_for=base_image)
     report = run_conformance("tests/HarborTiny-v0", backend="bwrap", seeds=2, leak_episodes=2, vector=False)
