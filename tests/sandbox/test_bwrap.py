@@ -213,6 +213,23 @@ async def test_pages_are_shared_only_when_asked_or_ksm_runs(rootfs: Path, monkey
     assert BwrapBackend(rootfs=rootfs, share_agent_pages=True)._share_pages()
 
 
+def test_doctor_says_whether_agent_pages_are_shared(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import envfarm.commands.doctor as doctor
+
+    def row() -> str:
+        check = doctor._agent_pages()
+        assert check.ok  # optional: never a missing requirement
+        return check.detail
+
+    monkeypatch.setattr(doctor, "KSM_RUN", tmp_path / "run")
+    assert "no same-page merging" in row()
+    (tmp_path / "run").write_text("0\n")
+    monkeypatch.setattr(doctor, "ksm_running", lambda: False)
+    assert row().startswith("private") and "echo 1 >" in row()
+    monkeypatch.setattr(doctor, "ksm_running", lambda: True)
+    assert row().startswith("shared")
+
+
 @pytest.mark.bwrap
 async def test_network_is_loopback_only(backend: BwrapBackend) -> None:
     async with backend.open() as sb:
