@@ -42,8 +42,8 @@ except ImportError:  # pragma: no cover - a Python without it
 ADDR_NO_RANDOMIZE = 0x0040000
 MADV_MERGEABLE = 12
 PR_SET_CHILD_SUBREAPER = 36
-SHARE_PAGES_ENV = "ENVFARM_SHARE_PAGES"
 PR_SET_DUMPABLE = 4
+SHARE_PAGES_ENV = "ENVFARM_SHARE_PAGES"
 CHUNK = 1 << 16
 DRAIN_AFTER_KILL_S = 2.0  # stop reading this long after a kill, even if a pipe stays open
 DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)

@@ -22,11 +22,11 @@ it.
 Shared agent pages (``BwrapConfig.share_agent_pages``; by default where the host runs ksmd): bwrap starts
 under ``setarch -R`` and the agent with a fixed hash seed, so every agent of an image boots into the same
 bytes at the same addresses and offers them to the kernel's same-page merging; an idle sandbox then holds
-~1.5 MiB instead of ~4 MiB (``bench/sandbox.py --live-only``). The agent turns address randomisation back
-on, and drops the seed, for every command it runs. Merging has a known side channel: a process can time
-a write to tell whether a page of its own was merged, so it can test a guess of a whole page of another
-sandbox's agent (its code, and the requests passing through it). That is why the backend follows the
-host's choice to run ksmd rather than turning it on.
+under 2 MiB instead of ~4 (1.9 MiB with 5,000 live: ``bench/sandbox.py --live-only``). The agent turns
+address randomisation back on, and drops the seed, for every command it runs. Merging has a known side
+channel: a process can time a write to tell whether a page of its own was merged, so it can test a guess
+of a whole page of another sandbox's agent (its code, and the requests passing through it). That is why
+the backend follows the host's choice to run ksmd rather than turning it on.
 
 Why a dedicated host uid: bwrap run by root maps uid 1000 inside to host uid 0 (no capabilities, but still
 root on every file and process check). Run by an unprivileged uid it uses an unprivileged user namespace
@@ -119,7 +119,7 @@ class BwrapConfig:
     """PATH inside the sandbox."""
     share_agent_pages: bool | None = None
     """Agents boot alike and offer their pages to the kernel's same-page merging (``agent.share_pages``):
-    with ksmd running, an idle sandbox holds ~1.3 MiB instead of ~4 MiB. None: when the host runs ksmd
+    with ksmd running, an idle sandbox holds under 2 MiB instead of ~4. None: when the host runs ksmd
     (``KSM_RUN`` reads 1) at the sandbox's start."""
 
     def __post_init__(self) -> None:

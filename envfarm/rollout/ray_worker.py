@@ -11,9 +11,9 @@ It runs the one-machine farm's own episode code (``episode.play``: retries, infr
 node's sandbox backend, images and warm :class:`SandboxPool`, env instances reused episode after episode like
 the farm's slots. The attempts at one task go to one worker (the driver sends them there), which prepares
 the task once and forks them from it (``groups.py``); the driver says how many with the first. It keeps no
-record: the driver owns the run folder, the spool and the sinks, so a worker
-that dies loses nothing the driver has acknowledged. This module does not import ray (the driver wraps the
-class with ``ray.remote``), so it loads, and is tested, without the extra.
+record: the driver owns the run folder, the spool and the sinks, so a worker that dies loses nothing the
+driver has acknowledged. This module does not import ray (the driver wraps the class with ``ray.remote``),
+so it loads, and is tested, without the extra.
 """
 
 from __future__ import annotations
