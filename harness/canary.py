@@ -12,11 +12,15 @@ exit before the real one reports. So every graded run gets tests the patch canno
   new test is left without a twin, and in each group (a test and its copies) the original's rank and the
   names (edits along a random tree, ``canary_place.py``) do not single it out;
 - **two kinds**: a must-fail copy has one top-level assertion made wrong (the expected literal of an ``==``
-  replaced by another literal of its type, else an element of an expected list dropped or repeated, else
-  the assertion rewritten in another form that fails where it holds: ``x is None`` as ``x is False``, ``not
-  x`` as ``x``, ``a < b`` as ``a > b``, as often shortening the test as lengthening it; else an ``==``/``in``
-  or unittest assertion turned into its opposite), so it fails only when it runs; a must-pass copy is
-  unchanged;
+  replaced by another literal of its type, raw strings and sympy constructors' arguments such as
+  ``sqrt(5)`` included, else an element of an expected list dropped or repeated, else the exception class of
+  a ``raises(E, ...)`` swapped for an unrelated one, else the assertion rewritten in another form that fails
+  where it holds: ``x is None`` as ``x is False``, ``not x`` as ``x``, ``a < b`` as ``a > b``, as often
+  shortening the test as lengthening it, without an added ``not`` where another form fails; else an
+  ``==``/``in`` or unittest assertion turned into its opposite), so it fails only when it runs; a
+  must-pass copy is unchanged. Tests under pytest marks that neither skip nor parametrize (sphinx's
+  ``@pytest.mark.sphinx``) are copied with their marks, and ``TestCase`` classes pytest collects whatever
+  their name are sources;
 - **random per run**: which tests, how many (about half to all of the candidates), the names, the values and
   the positions come from the host's CSPRNG (``secrets``), drawn again for every graded run;
 - **checked** (:func:`verdict`): the run counts only if every canary appears in the parsed results with its

@@ -5,12 +5,13 @@ test that test_patch adds when there is one), renamed in the module's naming sty
 test_patch adds, with one assertion that ran before made wrong: the expected literal of an ``==`` replaced by
 another literal of the same type (one the test or the module already uses, else a near value; never one
 ``pytest.approx`` or ``Decimal`` would take for equal), else an element of an expected list display dropped or
-repeated, else the assertion in another form that fails where it holds (``canary_sites.py``), else an
+repeated, else the exception class of a ``raises(E, ...)`` swapped, else the assertion in another form that
+fails where it holds (``canary_sites.py``; one without an added ``not`` where there is one), else an
 ``==``/``in``/unittest assertion turned into its opposite, else ``assert x`` into ``assert not x``. The
 assertion is a top-level statement of the body with no ``return`` before it, so when the original passes the
 copy reaches it and fails. A must-pass canary is an unchanged copy under a new name; when the sources are
 tests test_patch adds, every such test without a must-fail copy gets one. Clones keep the original's text
-(comments, quoting, docstring) but for the edited span.
+(comments, quoting, docstring, pytest marks) but for the edited span.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from .canary_types import Canary, Edit, Known, Planting, Source, Style
 
 OWN_STATE = frozenset({"request", "pytester", "testdir", "tester"})
 """Fixtures through which a test sees its own name or output: no unchanged copy of such a test."""
+MARK_DENY = frozenset({"parametrize", "skip", "skipif", "xfail"})
+"""pytest marks a copied test may not carry: a copy would be skipped, expected to fail, or run once per
+parameter (where only some instances may pass)."""
 
 
 def plant(module: str, text: str, style: Style, rng: Random, count: tuple[int, int] | None,
@@ -102,15 +106,27 @@ def _best_site(s: Source, lines: list[str], tree: ast.Module, rng: Random) -> tu
     if not _is_literal(s.sites[0], lines):
         # a copy that is always the longer of the pair (an added `not`, `is False`) or always the shorter
         # is told by its length: as often a site that shortens the test as one that lengthens it
-        growth = [_growth(site, lines) for site in s.sites]
+        # and without an added `not` (or `!=`, `not in`, `assertNot...`) where another form fails as well:
+        # the member of a twin pair with the negated form is the copy to a reader
+        sites = [site for site in s.sites if not _negating(site, lines)] or list(s.sites)
+        growth = [_growth(site, lines) for site in sites]
         want = rng.choice((min, max))(growth)
-        return 50, rng.choice([site for site, g in zip(s.sites, growth, strict=True) if g == want])
+        return 50, rng.choice([site for site, g in zip(sites, growth, strict=True) if g == want])
     quality = []
     for site in s.sites:
         found = _candidates(site[0], lines, s, tree, rng)
         quality.append((found[0][0] if found else 99, site))
     top = min(q for q, _ in quality)
     return top, rng.choice([site for q, site in quality if q == top])
+
+
+NEGATION = re.compile(r"\bnot\b|!=|assertNot|assertFalse|assertIsNot")
+
+
+def _negating(site: tuple[Edit, ...], lines: list[str]) -> bool:
+    """The edits write a negation (``not``, ``!=``, ``assertNot...``) the replaced text does not have."""
+    return any(len(NEGATION.findall(text)) > len(NEGATION.findall(_text_span(lines, *span)))
+               for *span, text in site)
 
 
 def _growth(site: tuple[Edit, ...], lines: list[str]) -> int:
@@ -150,14 +166,56 @@ def _pick(pool: Sequence[Source], n: int, rng: Random) -> list[Source]:
 
 def _tests(tree: ast.Module, style: Style) -> list[tuple[ast.FunctionDef, ast.ClassDef | None]]:
     out: list[tuple[ast.FunctionDef, ast.ClassDef | None]] = []
+    cases = testcase_classes(tree)
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and style != "unittest" and node.name.startswith("test"):
             out.append((node, None))
         elif isinstance(node, ast.ClassDef) and not node.decorator_list and (
-                node.bases if style == "unittest" else style == "function" and node.name.startswith("Test")):
+                node.bases if style == "unittest"
+                else style == "function" and (node.name.startswith("Test") or node.name in cases)):
             out += [(f, node) for f in node.body
                     if isinstance(f, ast.FunctionDef) and f.name.startswith("test")]
     return out
+
+
+def testcase_classes(tree: ast.Module) -> set[str]:
+    """Top-level classes that derive from a ``TestCase`` (a base named ``...TestCase``, or a class of the
+    module that does): pytest collects them whatever their name (requests' ``RequestsTestCase``, sphinx's
+    ``NumpyDocstringTest``)."""
+    classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
+    found: set[str] = set()
+    grew = True
+    while grew:
+        grew = False
+        for c in classes:
+            names = {_base_name(b) for b in c.bases}
+            if c.name not in found and any(n.endswith("TestCase") or n in found for n in names):
+                found.add(c.name)
+                grew = True
+    return found
+
+
+def _base_name(base: ast.expr) -> str:
+    return base.attr if isinstance(base, ast.Attribute) else base.id if isinstance(base, ast.Name) else ""
+
+
+def plain_marks(node: ast.FunctionDef) -> bool:
+    """Every decorator is a pytest mark that neither skips, expects a failure nor multiplies the test
+    (``@pytest.mark.sphinx('html', testroot=...)``, ``@pytest.mark.usefixtures(...)``): a copy under it runs
+    once and passes or fails like its original."""
+    return all(_mark_name(d) not in (None, *MARK_DENY) for d in node.decorator_list)
+
+
+def _mark_name(d: ast.expr) -> str | None:
+    """``X`` of a ``pytest.mark.X`` / ``mark.X`` decorator, called or not; None for any other decorator."""
+    f = d.func if isinstance(d, ast.Call) else d
+    if not isinstance(f, ast.Attribute):
+        return None
+    owner = f.value
+    if isinstance(owner, ast.Attribute) and owner.attr == "mark" and isinstance(owner.value, ast.Name) and (
+            owner.value.id == "pytest"):
+        return f.attr
+    return f.attr if isinstance(owner, ast.Name) and owner.id == "mark" else None
 
 
 def _sources(tree: ast.Module, module: str, style: Style, known: Known | None, lines: list[str]
@@ -165,7 +223,7 @@ def _sources(tree: ast.Module, module: str, style: Style, known: Known | None, l
     out = []
     for node, cls in _tests(tree, style):
         cname = cls.name if cls else None
-        if node.decorator_list or _is_generator(node):
+        if not plain_marks(node) or _is_generator(node):
             continue
         if known is not None and not known.listed(known.passing, module, cname, node.name):
             continue
@@ -200,7 +258,8 @@ def _copyable(node: ast.FunctionDef) -> bool:
 def _render(s: Source, edits: list[Edit], name: str, lines: list[str]) -> str:
     """The clone's text: the source's lines, renamed, with ``edits`` applied."""
     node = s.node
-    start, end = node.lineno, node.end_lineno or node.lineno
+    start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    end = node.end_lineno or node.lineno
     head = lines[node.lineno - 1]
     col = head.encode().find(f"def {node.name}".encode())
     edits = [*edits, (node.lineno, col + 4, node.lineno, col + 4 + len(node.name.encode()), name)]
@@ -337,6 +396,9 @@ def _mutate(value: object, rng: Random, words: list[str]) -> object:
 def _spell(value: object, like: str) -> str:
     """``value`` written as ``like`` writes its literal (same quotes)."""
     if isinstance(value, str):
+        raw = like[:1] in "rR" and like[1:2] in ("'", '"')
+        if raw and plain(value) and not set(value) & {like[1], "\n", "\t"}:
+            return f"{like[0]}{like[1]}{value}{like[1]}"  # a raw string stays raw
         q = like[0] if like[:1] in ("'", '"') else "'"
         return f"{q}{escaped(value)}{q}" if q not in value and "\\" not in value else repr(value)
     if isinstance(value, bytes):

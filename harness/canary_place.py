@@ -194,6 +194,8 @@ def apply_inserts(lines: list[str], inserts: Sequence[tuple[str, tuple[int, bool
     for text, (at, top) in sorted(inserts, key=lambda x: x[1][0], reverse=True):
         gap = "\n\n" if top else "\n"
         before = at > 0 and out[at - 1].strip() != ""
-        block = (gap if before else "") + text + (gap if at < len(out) and out[at].strip() else "")
+        # no second gap before a block inserted at the same place (it opens with its own)
+        after = at < len(out) and out[at].strip() and not out[at].startswith("\n")
+        block = (gap if before else "") + text + (gap if after else "")
         out.insert(at, block)
     return "".join(out)

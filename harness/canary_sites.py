@@ -2,15 +2,17 @@
 which the copy fails where the original passes.
 
 Best first: the expected literal of an ``==`` (another value of its type, chosen when the clone is rendered),
-an element of an expected list display dropped or repeated, the assertion in another form that fails where it
-holds (``x is None`` as ``x is False``, ``not x`` as ``x``, ``a < b`` as ``a > b``), an ``==``/``in``/unittest
-assertion turned into its opposite, ``assert x`` into ``assert not x``. Only top-level statements with no
-``return`` or skip before them: when the original passes, the copy reaches the edited one.
+an element of an expected list display dropped or repeated, the exception class of a ``raises(E, ...)``
+swapped for an unrelated built-in one, the assertion in another form that fails where it holds (``x is
+None`` as ``x is False``, ``not x`` as ``x``, ``a < b`` as ``a > b``), an ``==``/``in``/unittest assertion
+turned into its opposite, ``assert x`` into ``assert not x``. Only top-level statements with no ``return``
+or skip before them: when the original passes, the copy reaches the edited one.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import math
 import re
 import string
@@ -28,6 +30,9 @@ FLIPS = {
 }
 DATE_TYPES = frozenset({"date", "datetime", "time", "timedelta"})
 VALUE_TYPES = frozenset({"Decimal", "Fraction"})
+SYMPY_VALUES = frozenset({"Float", "Integer", "Rational", "S", "Symbol", "sqrt"})
+"""sympy's constructors (imported from sympy) whose first argument sets the value, one to one: ``sqrt(5)``,
+``Float(16)``, ``Symbol('x')``; another argument gives another value (``Integer`` only from an int)."""
 LITERAL_TYPES = (int, float, str, bytes)
 
 
@@ -52,8 +57,10 @@ def _body(node: ast.FunctionDef) -> list[ast.stmt]:
 def failure_sites(node: ast.FunctionDef, lines: list[str], tree: ast.Module) -> list[tuple[Edit, ...]]:
     """Edits that make ``node`` fail, literal replacements first, then an element dropped from an expected
     list, then swaps of a truth form or an order, then flips, then negations."""
+    sympy, free = sympy_names(tree), _free_exceptions(tree)
     literal: list[tuple[Edit, ...]] = []
     drop: list[tuple[Edit, ...]] = []
+    raising: list[tuple[Edit, ...]] = []
     swap: list[tuple[Edit, ...]] = []
     flip: list[tuple[Edit, ...]] = []
     negate: list[tuple[Edit, ...]] = []
@@ -65,7 +72,7 @@ def failure_sites(node: ast.FunctionDef, lines: list[str], tree: ast.Module) -> 
             # every operand of a top-level `and` holds when the original passes: a wrong value in any fails
             parts = stmt.test.values if isinstance(stmt.test, ast.BoolOp) and isinstance(
                 stmt.test.op, ast.And) else [stmt.test]
-            literal += [e for part in parts for e in _assert_literals(part, lines) if e]
+            literal += [e for part in parts for e in _assert_literals(part, lines, sympy) if e]
             drop += [e for part in parts for e in _drops(part, lines)]
             swap += _swaps(stmt.test, lines)
             flip += [e for e in [_assert_flip(stmt.test, lines)] if e]
@@ -74,7 +81,58 @@ def failure_sites(node: ast.FunctionDef, lines: list[str], tree: ast.Module) -> 
         elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
             literal += [e for e in _unittest_literals(stmt.value, lines) if e]
             flip += [e for e in [_unittest_flip(stmt.value)] if e]
-    return literal or drop or swap or flip or negate
+            raising += _raises(stmt.value, free)
+        if isinstance(stmt, ast.With):
+            raising += [e for item in stmt.items if isinstance(item.context_expr, ast.Call)
+                        for e in _raises(item.context_expr, free)]
+    return literal or drop or raising or swap or flip or negate
+
+
+RAISES = frozenset({"raises", "assertRaises", "assertRaisesRegex"})
+"""Calls that pass only when their code raises the exception class they are given first."""
+OTHER_ERRORS = ("AttributeError", "IndexError", "KeyError", "LookupError", "NotImplementedError",
+                "OverflowError", "RuntimeError", "TypeError", "ValueError", "ZeroDivisionError")
+
+
+def _free_exceptions(tree: ast.Module) -> dict[str, bool]:
+    """Built-in exception classes the module does not rebind: those it names (True), ``OTHER_ERRORS``."""
+    bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.Import, ast.ImportFrom)):
+            bound |= {(a.asname or a.name).split(".")[0] for a in n.names}
+        elif isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+            bound.add(n.name)
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    return {name: name in used for name in sorted(used | set(OTHER_ERRORS))
+            if name not in bound and _error(name) is not None}
+
+
+def _error(name: str) -> type[BaseException] | None:
+    cls = getattr(builtins, name, None)
+    return cls if isinstance(cls, type) and issubclass(cls, Exception) and cls is not Exception else None
+
+
+def _raises(call: ast.Call, free: dict[str, bool]) -> list[tuple[Edit, ...]]:
+    """``raises(E, ...)`` (pytest's, sympy's, unittest's ``assertRaises``) with ``E`` swapped for a built-in
+    exception class unrelated to it (neither a subclass of the other): what the code raises, an ``E``, is
+    then not caught (short of a class deriving from both), so the copy fails where the original passes.
+    Classes the module names elsewhere when there are any (a class it never names would stand out)."""
+    if _func_name(call.func) not in RAISES or not call.args or not isinstance(call.args[0], ast.Name):
+        return []
+    old = call.args[0]
+    cls = _error(old.id) if old.id in free else None
+    if cls is None:
+        return []
+    others = [n for n in free if n != old.id and not issubclass(_error(n), cls)  # type: ignore[arg-type]
+              and not issubclass(cls, _error(n))]  # type: ignore[arg-type]
+    named = [n for n in others if free[n]]
+    return [(_span(old, n),) for n in (named or others)]
+
+
+def sympy_names(tree: ast.Module) -> frozenset[str]:
+    """The ``SYMPY_VALUES`` constructors the module imports from sympy (under their own names)."""
+    return frozenset(a.name for n in tree.body if isinstance(n, ast.ImportFrom) and (n.module or "").split(
+        ".")[0] == "sympy" for a in n.names if a.name in SYMPY_VALUES and a.asname in (None, a.name))
 
 
 def literal_value(n: ast.AST) -> object | None:
@@ -128,6 +186,8 @@ def _literal_site(n: ast.AST, lines: list[str]) -> Edit | None:
 
 def _simple_literal(seg: str, value: object) -> bool:
     if isinstance(value, str):
+        if seg[:1] in "rR" and seg[1:2] in ("'", '"'):  # r"-A": no escapes, no backslash (see plain)
+            return seg[1:] == seg[1] + value + seg[1]
         return seg[:1] in ("'", '"') and seg == seg[0] + escaped(value) + seg[0]
     if isinstance(value, bytes):
         text = value.decode("latin-1")
@@ -138,10 +198,11 @@ def _simple_literal(seg: str, value: object) -> bool:
         return False
 
 
-def _assert_literals(test: ast.expr, lines: list[str]) -> list[tuple[Edit, ...] | None]:
+def _assert_literals(test: ast.expr, lines: list[str], sympy: frozenset[str] = frozenset()
+                     ) -> list[tuple[Edit, ...] | None]:
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
         return []
-    nodes = [*_expected(test.comparators[0]), *_expected(test.left)]
+    nodes = [*_expected(test.comparators[0], sympy), *_expected(test.left, sympy)]
     return [(site,) if (site := _literal_site(n, lines)) else None for n in nodes]
 
 
@@ -149,19 +210,20 @@ def _func_name(f: ast.expr) -> str:
     return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
 
 
-def _expected(side: ast.expr) -> list[ast.expr]:
+def _expected(side: ast.expr, sympy: frozenset[str] = frozenset()) -> list[ast.expr]:
     """Literals inside an expected value whose change changes the value: the value itself, elements of a
     list/tuple/set display, values of a dict display, int arguments of date/time types, keyword arguments of
-    a class (``Namespace(query="a")``), the first argument of ``Decimal``, ``Fraction`` and ``approx``.
+    a class (``Namespace(query="a")``), the first argument of ``Decimal``, ``Fraction`` and ``approx``, the
+    argument of a ``SYMPY_VALUES`` constructor among ``sympy`` (the names the module imports from sympy).
     Never arguments of other calls (``Max(0, 2) == Max(1, 2)``)."""
     if literal_value(side) is not None:
         return [side]
     if isinstance(side, (ast.List, ast.Tuple, ast.Set)):
-        return [x for e in side.elts for x in _expected(e)]
+        return [x for e in side.elts for x in _expected(e, sympy)]
     if isinstance(side, ast.Dict):
-        return [x for v in side.values if v is not None for x in _expected(v)]
+        return [x for v in side.values if v is not None for x in _expected(v, sympy)]
     if isinstance(side, ast.BinOp) and isinstance(side.op, (ast.Add, ast.Sub, ast.Mult)):
-        return [x for e in (side.left, side.right) for x in _expected(e)
+        return [x for e in (side.left, side.right) for x in _expected(e, sympy)
                 if type(literal_value(x)) is int and literal_value(x) not in (0, 1)]
     if isinstance(side, ast.Call):
         name = _func_name(side.func)
@@ -169,8 +231,11 @@ def _expected(side: ast.expr) -> list[ast.expr]:
         if (name in VALUE_TYPES or (name == "approx" and not side.keywords)) and side.args:
             # the first argument sets the value (a new one is never equal to it: see _distinct)
             out += [a for a in side.args[:1] if type(literal_value(a)) in (int, float, str)]
+        if name in sympy and isinstance(side.func, ast.Name) and len(side.args) == 1 and not side.keywords:
+            kinds = (int,) if name == "Integer" else (int, float, str)
+            out += [a for a in side.args if type(literal_value(a)) in kinds]
         if name[:1].isupper():
-            out += [x for k in side.keywords if k.arg for x in _expected(k.value)]
+            out += [x for k in side.keywords if k.arg for x in _expected(k.value, sympy)]
         return out
     return []
 
@@ -185,7 +250,7 @@ def _unittest_literals(call: ast.Call, lines: list[str]) -> list[tuple[Edit, ...
     nodes: list[ast.expr] = []
     if "equal" in low and len(call.args) >= 2:
         nodes = [x for a in call.args[:2] for x in _expected(a)]
-    elif "outcomes" in low:
+    elif "outcome" in low:  # pytest's assert_outcomes(passed=1), assertoutcome(passed=1)
         nodes = [k.value for k in call.keywords if type(literal_value(k.value)) is int]
     return [(site,) if (site := _literal_site(n, lines)) else None for n in nodes]
 

@@ -4,6 +4,7 @@ the verdict names every way a forged log can miss them."""
 from __future__ import annotations
 
 import ast
+import builtins
 import re
 import subprocess
 import sys
@@ -510,3 +511,100 @@ def test_copies_are_named_no_longer_than_the_modules_tests() -> None:
     for seed in range(40):
         planting = canary.plant("sympy/tests/test_p.py", text, "sympy", Random(seed), known=known)
         assert all(len(c.name) <= len(name) for c in planting.canaries), planting.canaries
+
+
+MARKED = textwrap.dedent('''\
+    import unittest
+
+    import pytest
+
+
+    @pytest.mark.filterwarnings("ignore::DeprecationWarning")
+    def test_marked():
+        assert r"a-b".split("-") == [r"a", r"b"]
+
+
+    def test_raises():
+        with pytest.raises(ValueError):
+            int("x")
+
+
+    @pytest.mark.parametrize("n", [1, 2])
+    def test_parametrized(n):
+        assert n in (1, 2)
+
+
+    class Base(unittest.TestCase):
+        pass
+
+
+    class ThingSuite(Base):
+        def test_in_a_testcase(self):
+            self.assertEqual(len("ab"), 2)
+    ''')
+MARKED_TESTS = ["test_marked", "test_raises", "test_parametrized", "ThingSuite::test_in_a_testcase"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_marked_raising_and_testcase_tests_are_copied_and_fail_when_run(tmp_path: Path, seed: int) -> None:
+    """Tests under a pytest mark that neither skips nor parametrizes are copied with the mark; a
+    ``raises(E)`` copy expects an unrelated exception class; a raw string stays raw; ``TestCase`` classes
+    pytest collects whatever their name are sources; parametrized tests never are."""
+    ids = [f"tests/test_mod.py::{n}" for n in MARKED_TESTS]
+    patch = "--- /dev/null\n+++ b/tests/test_mod.py\n" + "".join(f"+{x}\n" for x in MARKED.splitlines())
+    known = canary.known_for(ids, [], patch)
+    planting = canary.plant("tests/test_mod.py", MARKED, "function", Random(seed), known=known)
+    assert planting.derived and planting.hidden
+    out = _results(tmp_path, planting.text, "pytest")
+    status = _swebench.load().log_parsers.PARSER_REGISTRY["parse_log_pytest"](out, None)
+    assert canary.verdict(planting.canaries, status) == [], out
+    tree = ast.parse(planting.text)
+    fns = {f.name: f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)}
+    copies = {c.name: fns[c.name] for c in planting.canaries}
+    assert all("parametrize" not in ast.unparse(f) for f in copies.values()), "parametrized: never copied"
+    in_class = {f.name for c in tree.body if isinstance(c, ast.ClassDef) for f in c.body
+                if isinstance(f, ast.FunctionDef)}
+    assert in_class & set(copies), "the TestCase's test has copies in its class"
+    for c in planting.canaries:
+        text = ast.get_source_segment(planting.text, copies[c.name], padded=False) or ""
+        body = "".join(ast.unparse(x) for x in copies[c.name].body)
+        if "split" in body:
+            assert [ast.unparse(d) for d in copies[c.name].decorator_list] == [
+                "pytest.mark.filterwarnings('ignore::DeprecationWarning')"]
+            assert text.count('r"') == 3 and "'" not in text.split("==")[1], "raw strings stay raw"
+        if "pytest.raises" in body and not c.must_pass:
+            [call] = [n for n in ast.walk(copies[c.name]) if isinstance(n, ast.Call) and ast.unparse(
+                n.func) == "pytest.raises"]
+            new = getattr(builtins, ast.unparse(call.args[0]))
+            assert not issubclass(new, ValueError) and not issubclass(ValueError, new), ast.unparse(call)
+
+
+def test_sympy_values_and_raises_are_sites_without_a_not() -> None:
+    """A value built by a sympy constructor the module imports (``sqrt(5)``, ``Float(16)``) is a literal
+    site; sympy's ``raises(E, f)`` gets another exception class; neither needs a negation."""
+    from envfarm.harness.canary_sites import failure_sites
+
+    text = textwrap.dedent('''\
+        from sympy import Float, sqrt
+        from sympy.testing.pytest import raises
+
+
+        def test_values():
+            assert p.distance(q) == sqrt(5)
+            assert f(2).evalf() == Float(16)
+
+
+        def test_other_calls():
+            assert p.distance(q) == root(5)
+
+
+        def test_raising():
+            raises(TypeError, lambda: q([1, 2]))
+        ''')
+    tree = ast.parse(text)
+    lines = text.splitlines(keepends=True)
+    sites = {f.name: failure_sites(f, lines, tree) for f in tree.body if isinstance(f, ast.FunctionDef)}
+    assert [s[0][4] for s in sites["test_values"]] == ["5", "16"]
+    assert all("!=" in s[0][4] for s in sites["test_other_calls"]), "other calls: no value site"
+    swapped = {s[0][4] for s in sites["test_raising"]}
+    assert swapped and "TypeError" not in swapped and not swapped & {"Exception", "BaseException"}
