@@ -92,6 +92,11 @@ RAISES = frozenset({"raises", "assertRaises", "assertRaisesRegex"})
 """Calls that pass only when their code raises the exception class they are given first."""
 OTHER_ERRORS = ("AttributeError", "IndexError", "KeyError", "LookupError", "NotImplementedError",
                 "OverflowError", "RuntimeError", "TypeError", "ValueError", "ZeroDivisionError")
+MIXED: tuple[type[Exception], ...] = (AttributeError, LookupError, OSError, TypeError, ValueError)
+"""Families libraries derive one class from two of (numpy's ``AxisError(ValueError, IndexError)``,
+requests' ``InvalidURL(IOError, ValueError)``, ``io.UnsupportedOperation(OSError, ValueError)``, attribute
+dicts' ``KeyError``/``AttributeError``): a swap never goes from one of them to another, since what the
+code raises might be both."""
 
 
 def _free_exceptions(tree: ast.Module) -> dict[str, bool]:
@@ -109,13 +114,19 @@ def _free_exceptions(tree: ast.Module) -> dict[str, bool]:
 
 def _error(name: str) -> type[BaseException] | None:
     cls = getattr(builtins, name, None)
-    return cls if isinstance(cls, type) and issubclass(cls, Exception) and cls is not Exception else None
+    usable = isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, Warning)
+    return cls if usable and cls is not Exception else None
+
+
+def _unrelated(a: type[BaseException], b: type[BaseException]) -> bool:
+    """No class can be caught as both without deriving from two families (see ``MIXED``)."""
+    return not (issubclass(a, b) or issubclass(b, a) or (issubclass(a, MIXED) and issubclass(b, MIXED)))
 
 
 def _raises(call: ast.Call, free: dict[str, bool]) -> list[tuple[Edit, ...]]:
     """``raises(E, ...)`` (pytest's, sympy's, unittest's ``assertRaises``) with ``E`` swapped for a built-in
-    exception class unrelated to it (neither a subclass of the other): what the code raises, an ``E``, is
-    then not caught (short of a class deriving from both), so the copy fails where the original passes.
+    exception class unrelated to it (neither a subclass of the other, not both in ``MIXED``): what the code
+    raises, an ``E``, is then not caught, so the copy fails where the original passes.
     Classes the module names elsewhere when there are any (a class it never names would stand out)."""
     if _func_name(call.func) not in RAISES or not call.args or not isinstance(call.args[0], ast.Name):
         return []
@@ -123,8 +134,7 @@ def _raises(call: ast.Call, free: dict[str, bool]) -> list[tuple[Edit, ...]]:
     cls = _error(old.id) if old.id in free else None
     if cls is None:
         return []
-    others = [n for n in free if n != old.id and not issubclass(_error(n), cls)  # type: ignore[arg-type]
-              and not issubclass(cls, _error(n))]  # type: ignore[arg-type]
+    others = [n for n in free if _unrelated(cls, _error(n))]  # type: ignore[arg-type]
     named = [n for n in others if free[n]]
     return [(_span(old, n),) for n in (named or others)]
 
