@@ -110,7 +110,8 @@ async def test_400_episodes_over_two_nodes_on_loopback(cluster: Any, tmp_path: P
     assert all(n["lost"] is None and n["steps_per_s"] > 0 for n in s["nodes"].values())
 
 
-async def test_attempts_at_a_task_fork_from_one_prepared_env_on_one_node(cluster: Any, tmp_path: Path) -> None:
+async def test_attempts_at_a_task_fork_from_one_prepared_env_on_one_node(cluster: Any,
+                                                                        tmp_path: Path) -> None:
     """With --attempts, every attempt at a task goes to one worker, which prepares the task once and forks
     the other attempts from it; rewards are those of independent resets."""
     tasks, attempts = 12, 4
