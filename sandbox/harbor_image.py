@@ -290,10 +290,25 @@ def _apt_install(root: Path, packages: tuple[str, ...], progress: ProgressFn | N
     for line in done.stdout.splitlines()[-20:]:
         log.debug("apt: %s", line)
     if done.returncode != 0:
+        missing = missing_packages(done.stdout + done.stderr)
+        why = f": {NO_PACKAGE} {', '.join(missing)}" if missing else ""
         raise ImageBuildError(
-            f"apt-get install {' '.join(packages)} failed (exit {done.returncode}):\n"
+            f"apt-get install {' '.join(packages)} failed (exit {done.returncode}){why}:\n"
             f"{tail(done.stdout + done.stderr)}\nfix: use Debian's package names (apt-cache search NAME)"
         )
+
+
+NO_PACKAGE = "Debian has no package"
+"""Begins the detail of an apt failure over names the suite lacks (Ubuntu-only, newer, or not a name):
+such a task needs more than Debian and PyPI packages (``validate.markdown``'s build rate leaves it out)."""
+_APT_MISSING = re.compile(r"^E: (?:Unable to locate package (\S+)|Package '([^']+)' has no installation "
+                          r"candidate|Couldn't find any package by (?:regex|glob) '([^']+)')", re.MULTILINE)
+
+
+def missing_packages(output: str) -> list[str]:
+    """The package names apt said it has none of, in order, once each."""
+    names = ("".join(m.groups(default="")) for m in _APT_MISSING.finditer(output))
+    return list(dict.fromkeys(names))
 
 
 # ------------------------------------------------------------------------------------------- task layer
@@ -428,6 +443,6 @@ def discard(ref: str) -> int:
     return freed
 
 
-__all__ = ["HARBOR_LABEL", "SEED_DIR", "TaskImage", "aensure_task_image", "discard", "ensure_apt_layer",
-           "ensure_task_image", "render", "render_seed_layer", "seed_command", "translate_task",
-           "writable_dirs"]
+__all__ = ["HARBOR_LABEL", "NO_PACKAGE", "SEED_DIR", "TaskImage", "aensure_task_image", "discard",
+           "ensure_apt_layer", "ensure_task_image", "missing_packages", "render", "render_seed_layer",
+           "seed_command", "translate_task", "writable_dirs"]

@@ -417,6 +417,20 @@ def write_reports(report_dir: Path, run_id: str, rows: Sequence[TaskRow],
     return json_path, md_path
 
 
+def _build_rate(rows: Sequence[TaskRow]) -> str:
+    """`` B of the N tasks that need only Debian and PyPI packages built (P %).``: those that built or
+    failed to build for a reason of their own (not the network, not an unsupported base, not a package
+    Debian lacks); "" when there are none."""
+    from envfarm.sandbox.harbor_image import NO_PACKAGE
+
+    fair = [r for r in rows if r.built or (r.reason == "build-failed" and NO_PACKAGE not in r.detail)]
+    if not fair:
+        return ""
+    built = sum(r.built for r in fair)
+    return (f" {built} of the {len(fair)} tasks that need only Debian and PyPI packages built "
+            f"({100 * built / len(fair):.1f} %).")
+
+
 def markdown(run_id: str, rows: Sequence[TaskRow], sample: Sample | None = None) -> str:
     """A summary line, the counts per reason and one table row per task."""
     built = sum(r.built for r in rows)
@@ -431,7 +445,7 @@ def markdown(run_id: str, rows: Sequence[TaskRow], sample: Sample | None = None)
              f"{which}: {built} built; oracle 1 on {ok} of {len(with_oracle)} with a solution"
              f"{sound}; "
              f"no-op 0 on {sum(r.noop_reward == 0 for r in rows)} of {built} built; "
-             f"{sum(r.validated for r in rows)} validate.", ""]
+             f"{sum(r.validated for r in rows)} validate.{_build_rate(rows)}", ""]
     if reasons:
         lines += ["| reason | tasks |", "| --- | --- |"]
         lines += [f"| {k} | {reasons[k]} |" for k in REASONS if reasons[k]] + [""]

@@ -12,9 +12,11 @@ from envfarm.errors import HarborImageError
 from envfarm.sandbox import Backend
 from envfarm.sandbox.dockerfile import translate
 from envfarm.sandbox.harbor_image import (
+    NO_PACKAGE,
     SEED_DIR,
     TaskImage,
     ensure_task_image,
+    missing_packages,
     render,
     render_seed_layer,
     seed_command,
@@ -120,10 +122,20 @@ def test_unsupported_base_raises(tmp_path: Path) -> None:
     assert info.value.reasons[0][0] == "unsupported-base"
 
 
+def test_apt_names_the_packages_debian_lacks() -> None:
+    output = ("Reading package lists...\nE: Unable to locate package openjdk-21-jdk\n"
+              "E: Package 'radare2' has no installation candidate\n"
+              "E: Regex compilation error - Unmatched ( or \\(\n"
+              "E: Couldn't find any package by regex 'linux-headers-$(uname'\n"
+              "E: Unable to locate package openjdk-21-jdk\n")
+    assert missing_packages(output) == ["openjdk-21-jdk", "radare2", "linux-headers-$(uname"]
+    assert missing_packages("E: Sub-process /usr/bin/dpkg returned an error code (1)\n") == []
+
+
 @pytest.mark.docker
 def test_apt_failure_is_build_failed(tmp_path: Path) -> None:
     task = _task(tmp_path, "FROM debian:bookworm\nRUN apt-get install -y no-such-package-envfarm\n")
     with pytest.raises(HarborImageError) as info:
         ensure_task_image(task)
     assert info.value.reason == "build-failed"
-    assert "no-such-package-envfarm" in info.value.detail
+    assert f"{NO_PACKAGE} no-such-package-envfarm" in info.value.detail

@@ -68,6 +68,19 @@ def test_reports_hold_every_row_and_count_reasons(tmp_path: Path) -> None:
     assert summary in markdown("r1", [*rows, broken])
 
 
+def test_the_build_rate_leaves_out_tasks_that_need_more_than_debian_and_pypi() -> None:
+    from envfarm.sandbox.harbor_image import NO_PACKAGE
+
+    rows = [TaskRow("a", True, None, 0.0, None, "", 3.0, "3.11"),
+            TaskRow("b", True, None, 0.0, None, "", 3.0, "3.11"),
+            TaskRow("c", False, None, None, "build-failed", "docker build failed: pip ...", 3.0),
+            TaskRow("d", False, None, None, "build-failed", f"apt-get install x failed: {NO_PACKAGE} x", 3.0),
+            TaskRow("e", False, None, None, "needs-network", "RUN curl https://x | sh", 0.1),
+            TaskRow("f", False, None, None, "unsupported-base", "FROM node:20", 0.1)]
+    assert "2 of the 3 tasks that need only Debian and PyPI packages built (66.7 %)." in markdown("r", rows)
+    assert "need only Debian" not in markdown("r", rows[3:])
+
+
 def test_a_written_row_is_what_a_resumed_run_reads(tmp_path: Path) -> None:
     row = TaskRow("org/task one", True, 1.0, 0.0, None, "", 2.5, "3.11", True)
     _write_row(tmp_path, row)
