@@ -323,6 +323,8 @@ def render_swebench(root: Path) -> str:
     return "\n".join(lines)
 
 
+NO_PACKAGE = "Debian has no package"
+"""Begins the detail of a build that failed over a package name Debian lacks (``harbor_image.NO_PACKAGE``)."""
 OFFLINE_REASONS = ("needs-network", "unsupported-base")
 """Reasons that say a task cannot be built offline at all (not counted among the buildable ones)."""
 
@@ -330,7 +332,8 @@ OFFLINE_REASONS = ("needs-network", "unsupported-base")
 def _harbor_summary(rows: list[dict[str, Any]]) -> list[str]:
     """The issue's three figures: build rate of the offline-buildable tasks, no-op 0 on every built task,
     oracle 1 among the built tasks with a solution."""
-    buildable = [r for r in rows if not _unloadable(r) and (r["built"] or r["reason"] not in OFFLINE_REASONS)]
+    buildable = [r for r in rows if not _unloadable(r) and (r["built"] or r["reason"] not in OFFLINE_REASONS)
+                 and NO_PACKAGE not in r["detail"]]
     built = [r for r in rows if r["built"]]
     noop_zero = [r for r in built if r["noop_reward"] == 0]
     with_oracle = [r for r in built if r["oracle_reward"] is not None]
@@ -342,7 +345,8 @@ def _harbor_summary(rows: list[dict[str, Any]]) -> list[str]:
         f"- no-op agent 0 on {len(noop_zero)} of {len(built)} built tasks",
         f"- oracle 1 on {len(oracle_one)} of {len(with_oracle)} built tasks with a solution "
         f"({_pct(len(oracle_one), len(with_oracle))}){_sound(oracle_one, with_oracle)}",
-        f"- {len(rows) - len(buildable) - unloadable} need the network to build or an unsupported base; "
+        f"- {len(rows) - len(buildable) - unloadable} need the network to build, an unsupported base or a "
+        "package Debian lacks; "
         f"{unloadable} are not complete task folders (no tests/test.sh)",
     ]
 
