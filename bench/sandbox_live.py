@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from envfarm.sandbox import Backend, Limits, Sandbox, get_backend
+from envfarm.sandbox.bwrap import KSM_RUN
 
 LIMITS = Limits(memory_mb=64, pids=32, disk_mb=16)
 TREE = ("mkdir -p /workspace/tree && for i in $(seq 200); do "
@@ -102,15 +103,15 @@ def short_of(name: str, want: int, args: argparse.Namespace, t0: float) -> str |
 
 # ------------------------------------------------------------------------------------------ ksmd
 
-KSM = Path("/sys/kernel/mm/ksm")
+KSM = KSM_RUN.parent
 KSM_SETTINGS = {"run": "1", "pages_to_scan": "2000", "sleep_millisecs": "20"}
 
 
 @contextlib.contextmanager
-def ksm_running(on: bool) -> Iterator[bool]:
+def ksmd_for_the_test(on: bool) -> Iterator[bool]:
     """ksmd merging pages (``KSM_SETTINGS``) inside the block when ``on`` and the kernel has KSM; the
     previous settings come back after. Yields whether it runs."""
-    if not on or not (KSM / "run").exists():
+    if not on or not KSM_RUN.exists():
         yield False
         return
     before = {name: (KSM / name).read_text().strip() for name in KSM_SETTINGS}
@@ -401,7 +402,7 @@ async def main(args: argparse.Namespace, write: Callable[[Path, str], None]) -> 
         backend = get_backend(name)
         await backend.check()
         try:
-            with ksm_running(args.ksm and name == "bwrap") as ksm:
+            with ksmd_for_the_test(args.ksm and name == "bwrap") as ksm:
                 result = await hold(name, backend, n, via, args, ksm)
         finally:
             await backend.aclose()

@@ -14,7 +14,6 @@ import ast
 import dataclasses
 import functools
 import inspect
-import sys
 import textwrap
 from collections.abc import Callable
 from functools import cache
@@ -81,8 +80,8 @@ def config_option(cls: type, name: str, *param_decls: str, config_default: bool 
 
 def deprecated(old: str, new: str) -> None:
     """The one-line note an old spelling prints (to stderr) before it does what the new one does."""
-    print(f"note: `envfarm {old}` is deprecated and goes in the next release; use `envfarm {new}`",
-          file=sys.stderr)
+    typer.echo(f"note: `envfarm {old}` is deprecated and goes in the next release; use `envfarm {new}`",
+               err=True)
 
 
 def old_spelling(value: T | None, old_value: T | None, old: str, new: str) -> T | None:

@@ -20,11 +20,11 @@ import pytest
 from envfarm.errors import BackendUnavailable, ConfigError, ImageError, SandboxCrashed
 from envfarm.sandbox import get_backend
 from envfarm.sandbox.base import Limits
-from envfarm.sandbox.bwrap import DEFAULT_HOST_UID, BwrapBackend, BwrapHandle, check_rootfs
+from envfarm.sandbox.bwrap import DEFAULT_HOST_UID, KSM_RUN, BwrapBackend, BwrapHandle, check_rootfs
 from envfarm.sandbox.cgroups import Cgroup, CgroupTree, cgroup_name
 
 CHECKOUT = Path(__file__).resolve().parents[2]
-KSM_KERNEL = Path("/sys/kernel/mm/ksm").is_dir()
+KSM_KERNEL = KSM_RUN.exists()
 
 
 @pytest.fixture(scope="module")
