@@ -162,13 +162,22 @@ def translate(text: str, context: Path | None = None) -> Translation:
     )
 
 
+HEREDOC = re.compile(r"<<(-?)\s*(['\"]?)([A-Za-z_]\w*)\2")
+"""A heredoc marker (``<<EOF``, ``<< 'EOF'``, ``<<-EOF``): its body follows the instruction's line."""
+
+
 def instructions(text: str) -> list[tuple[int, str, str]]:
-    """``(line, INSTRUCTION, rest)`` for each instruction: comments dropped, continuations joined, a heredoc
-    reported as ``("HEREDOC", ...)``."""
+    """``(line, INSTRUCTION, rest)`` for each instruction: comments dropped, continuations joined; the body of
+    each heredoc of a RUN/COPY/ADD line (up to its terminator line) follows ``rest`` after a newline, as
+    written."""
     out: list[tuple[int, str, str]] = []
     buf: list[str] = []
     start = 0
-    for n, raw in enumerate(text.splitlines(), 1):
+    lines = text.splitlines()
+    n = 0
+    while n < len(lines):
+        raw = lines[n]
+        n += 1
         stripped = raw.strip()
         if not buf and (not stripped or stripped.startswith("#")):
             continue
@@ -183,7 +192,11 @@ def instructions(text: str) -> list[tuple[int, str, str]]:
         joined = " ".join(part.strip() for part in buf if part.strip())
         buf = []
         word, _, rest = joined.partition(" ")
-        out.append((start, word.upper(), rest.strip()))
+        if word.upper() in ("RUN", "COPY", "ADD"):
+            for dash, _, name in HEREDOC.findall(rest):
+                body, n = _heredoc(lines, n, name, bool(dash))
+                rest += "\n" + body
+        out.append((start, word.upper(), rest.strip(" ")))
     if buf:
         joined = " ".join(buf)
         word, _, rest = joined.partition(" ")
@@ -191,12 +204,25 @@ def instructions(text: str) -> list[tuple[int, str, str]]:
     return out
 
 
+def _heredoc(lines: list[str], n: int, name: str, dash: bool) -> tuple[str, int]:
+    """The body of a heredoc starting at line index ``n`` through its terminator line, and the index after
+    it (the end of the file when the terminator is missing)."""
+    body: list[str] = []
+    while n < len(lines):
+        line = lines[n]
+        n += 1
+        body.append(line)
+        if (line.lstrip("\t") if dash else line) == name:
+            break
+    return "\n".join(body), n
+
+
 def _apply(st: _State, line: int, instruction: str, rest: str) -> None:
     if instruction not in ("ARG", "FROM") and st.base is None:
         st.issues.append(Issue(UNSUPPORTED_BASE, f"{instruction} before FROM", line))
         return
-    if "<<" in rest and instruction in ("RUN", "COPY", "ADD") and re.search(r"<<-?\s*['\"]?[A-Za-z_]", rest):
-        detail = "heredocs (<<EOF) are not supported by the offline builder"
+    if instruction in ("COPY", "ADD") and HEREDOC.search(rest.split("\n", 1)[0]):
+        detail = f"{instruction} <<EOF (a file from a heredoc) is not supported by the offline builder"
         st.issues.append(Issue(BUILD_FAILED, detail, line))
         return
     handler = _HANDLERS.get(instruction)
@@ -315,11 +341,22 @@ def _on_run(st: _State, line: int, rest: str) -> None:
     if words:
         st.issues.append(Issue(BUILD_FAILED, f"RUN {words[0]} needs BuildKit", line))
         return
+    rest, _, heredocs = rest.partition("\n")
     if rest.lstrip().startswith("["):
         shell = " ".join(shlex.quote(w) for w in _json_or_words(rest))
     else:
         shell = rest
     result = analyze_run(_sub(st, shell), st.copies, st.context)
+    if heredocs:
+        if HEREDOC.fullmatch(rest.strip()):
+            detail = "RUN <<EOF with no command (BuildKit's script form) is not supported offline"
+            st.issues.append(Issue(BUILD_FAILED, detail, line))
+            return
+        if [kind for kind, _ in result.steps] != ["run"] or result.apt_packages or result.pip_requirements:
+            detail = "a RUN with a heredoc that installs packages is not supported by the offline builder"
+            st.issues.append(Issue(BUILD_FAILED, detail, line))
+            return
+        result.steps[0] = ("run", (result.steps[0][1][0] + "\n" + heredocs,))
     st.apt += result.apt_packages
     st.pip += result.pip_requirements
     st.notes += [f"line {line}: {note}" for note in result.notes]

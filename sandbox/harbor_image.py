@@ -27,6 +27,7 @@ labels: ``envfarm images list`` shows them, ``prune`` keeps them while their bas
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import fcntl
 import hashlib
@@ -395,6 +396,9 @@ def render(t: Translation, tools: tuple[str, ...] = ()) -> str:
 
 def _render_step(kind: str, args: tuple[str, ...]) -> str:
     if kind == "run":
+        if "\n" in args[0]:  # a heredoc: the classic builder takes one line, so the script travels encoded
+            script = base64.b64encode(args[0].encode()).decode()
+            return f'RUN sh -c "$(echo {script} | base64 -d)"'
         return f"RUN {args[0]}"
     if kind == "pip":
         words = " ".join(shlex.quote(a) for a in args)

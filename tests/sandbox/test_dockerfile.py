@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -243,9 +244,51 @@ def test_missing_requirements_file_is_build_failed() -> None:
     assert [i.reason for i in t.issues] == [BUILD_FAILED]
 
 
-def test_heredoc_is_reported() -> None:
-    t = translate("FROM debian:bookworm\nRUN <<EOF\necho hi\nEOF\n")
-    assert t.issues and t.issues[0].reason == BUILD_FAILED and "heredoc" in t.issues[0].detail
+HEREDOCS = """\
+FROM debian:bookworm
+RUN cat > /app/a.py << 'EOF'
+#!/usr/bin/env python3
+print("$HOME && x")
+  EOF
+EOF
+RUN tr a-z A-Z <<-END > /app/b.txt && cat - <<TWO >> /app/b.txt
+\tkeep
+\tEND
+two
+TWO
+WORKDIR /app
+"""
+
+
+def test_heredocs_follow_their_run_line() -> None:
+    got = instructions(HEREDOCS)
+    assert [(n, word) for n, word, _ in got] == [(1, "FROM"), (2, "RUN"), (7, "RUN"), (12, "WORKDIR")]
+    assert got[1][2] == "cat > /app/a.py << 'EOF'\n#!/usr/bin/env python3\nprint(\"$HOME && x\")\n  EOF\nEOF"
+    assert got[2][2].splitlines()[1:] == ["\tkeep", "\tEND", "two", "TWO"]
+    t = translate(HEREDOCS)
+    assert not t.issues and [s.kind for s in t.steps] == ["run", "run", "workdir"]
+
+
+def test_heredoc_run_renders_to_one_line_that_sh_runs(tmp_path: Path) -> None:
+    """The classic builder takes one line per RUN: the script travels base64-encoded, and sh runs it as
+    written (a quoted body verbatim, ``<<-`` strips leading tabs)."""
+    t = translate(HEREDOCS.replace("/app/", f"{tmp_path}/"))
+    lines = [x for x in render(t).splitlines() if x.startswith("RUN sh -c")]
+    assert len(lines) == 2
+    for line in lines:
+        subprocess.run(["sh", "-c", line.removeprefix("RUN ")], check=True, timeout=30)
+    assert (tmp_path / "a.py").read_text() == '#!/usr/bin/env python3\nprint("$HOME && x")\n  EOF\n'
+    assert (tmp_path / "b.txt").read_text() == "KEEP\ntwo\n"
+
+
+@pytest.mark.parametrize(("text", "word"), [
+    ("RUN <<EOF\necho hi\nEOF\n", "script form"),
+    ("COPY <<EOF /x\nhi\nEOF\n", "COPY <<EOF"),
+    ("RUN bash <<EOF && apt-get install -y vim\necho hi\nEOF\n", "installs"),
+])
+def test_unsupported_heredocs_are_reported(text: str, word: str) -> None:
+    t = translate("FROM debian:bookworm\n" + text)
+    assert t.issues and t.issues[0].reason == BUILD_FAILED and word in t.issues[0].detail, t.issues
 
 
 def test_apt_dropped_and_kept_commands() -> None:
