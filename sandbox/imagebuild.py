@@ -135,7 +135,8 @@ def _download(req: Path, dest: Path, spec: LayerSpec, progress: ProgressFn | Non
     """Binary wheels for the image's Python and glibc; what has none comes as an sdist built in the image.
 
     1. ``pip download --only-binary=:all: --python-version X --platform manylinux...`` for the whole file;
-    2. when that fails and the host runs the image's Python, ``pip wheel`` on the host (exact wheels);
+    2. when that fails and the host runs the image's Python, ``pip wheel`` on the host (exact wheels), then
+       the dependencies the image's markers add (``async-timeout; python_full_version < "3.11.3"``);
     3. otherwise line by line: a line that has wheels (with its dependencies) gets them, a line that does
        not gets its sdist (``--no-deps``), plus setuptools and wheel so ``pip install`` in the image (no
        network, ``--find-links``) can build it there, with the image's Python and compilers.
@@ -155,9 +156,10 @@ def _download(req: Path, dest: Path, spec: LayerSpec, progress: ProgressFn | Non
         log.warning("some requirements in %s have no wheel for Python %s; building them here", req, host)
         try:
             _pip(["wheel", "-w", str(dest), "-r", str(req)], progress)
-            return
         except ImageBuildError as e:
             raise ImageBuildError(f"{first}\nthe fallback failed too:\n{e}") from e
+        _complete(dest, strict, spec, progress)  # the host's x.y.z markers are not the image's x.y.0
+        return
     sources = []
     for line in _requirement_lines(req):
         try:

@@ -1,7 +1,10 @@
-"""The wheelhouse cache when two builds of one recipe run at once (two processes: CI beside a demo)."""
+"""The wheelhouse: its cache when two builds of one recipe run at once (two processes: CI beside a demo),
+and the dependencies it must hold for the image's Python."""
 
 from __future__ import annotations
 
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -28,3 +31,36 @@ def test_a_wheelhouse_finished_meanwhile_by_another_build_is_used(tmp_path: Path
     assert wheelhouse(spec) == dest
     assert (dest / "six-1.16.0-py2.py3-none-any.whl").read_bytes() == b"theirs"
     assert [p.name for p in imagebuild.wheelhouse_dir().iterdir()] == ["abc123"]  # no staging folder left
+
+
+def _wheel(folder: Path, name: str, requires: list[str]) -> None:
+    meta = "".join(f"Requires-Dist: {r}\n" for r in requires)
+    with zipfile.ZipFile(folder / f"{name}-1.0-py3-none-any.whl", "w") as zf:
+        zf.writestr(f"{name}-1.0.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\n{meta}")
+
+
+def test_host_wheels_are_completed_with_the_images_markers(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """No wheel for the image: the host (same x.y) builds them, evaluating markers with its own x.y.z; the
+    image's x.y.0 may need more (redis: async-timeout below 3.11.3), which the wheelhouse must then hold."""
+    calls: list[list[str]] = []
+
+    def pip(args: list[str], progress: object, extra_env: object = None) -> None:
+        calls.append(args)
+        dest = Path(args[args.index("-w") + 1] if "-w" in args else args[args.index("-d") + 1])
+        if args[0] == "download" and "-r" in args:
+            raise imagebuild.ImageBuildError("no binary wheel for python-lzf")
+        if args[0] == "wheel":
+            _wheel(dest, "redis", ['async-timeout>=4.0.3; python_full_version < "3.11.3"'])
+        elif args[0] == "download":
+            _wheel(dest, "async_timeout", [])
+
+    monkeypatch.setattr(imagebuild, "_pip", pip)
+    host = f"{sys.version_info.major}.{sys.version_info.minor}"
+    spec = LayerSpec(tmp_path, "t", "b", {}, "h", host, "2.36")
+    (tmp_path / "req.txt").write_text("redis\n")
+    (tmp_path / "wh").mkdir()
+    imagebuild._download(tmp_path / "req.txt", tmp_path / "wh", spec, None)
+    assert [c[0] for c in calls] == ["download", "wheel", "download"], calls
+    assert "async-timeout>=4.0.3" in calls[-1], calls[-1]
+    assert imagebuild.missing_requirements(tmp_path / "wh", host) == []
