@@ -26,7 +26,7 @@ from rich.table import Table
 
 from envfarm.sandbox.values import DEFAULT_BACKEND
 
-from .options import progress_bar
+from .options import parse_ids, progress_bar
 
 if TYPE_CHECKING:
     from envfarm.envs.harbor.check import Check, CheckRow
@@ -40,7 +40,7 @@ err = Console(stderr=True)
 TasksOpt = Annotated[Path, typer.Option(
     "--tasks", help="A folder of Harbor task directories, or one task directory.")]
 TaskIdsOpt = Annotated[list[str] | None, typer.Option(
-    "--task-ids", help="Task directory names (repeat, or space-separated); default: all.")]
+    "--task-ids", help="Task directory names: --task-ids A B C (default: all).")]
 RunIdOpt = Annotated[str, typer.Option("--run-id", help="Run id; the same id resumes a run.")]
 WorkersOpt = Annotated[int, typer.Option("--max-workers", min=1, help="Tasks built and run at once.")]
 RepeatOpt = Annotated[int, typer.Option("--repeat", min=1, help="Oracle runs per task (flakiness).")]
@@ -57,12 +57,12 @@ JsonOpt = Annotated[bool, typer.Option(
     "--json", help="Print JSON (what --report writes) instead of a table.")]
 
 
-def _ids(task_ids: list[str] | None) -> tuple[str, ...]:
-    return tuple(i for given in task_ids or () for i in given.split())
+def _ids(task_ids: list[str] | None, ctx: typer.Context) -> tuple[str, ...]:
+    return tuple(parse_ids(task_ids, ctx.args, "--task-ids") or ())
 
 
-@app.command("check")
-def check_cmd(tasks: TasksOpt, task_ids: TaskIdsOpt = None, report: ReportOpt = None,
+@app.command("check", context_settings={"allow_extra_args": True})
+def check_cmd(ctx: typer.Context, tasks: TasksOpt, task_ids: TaskIdsOpt = None, report: ReportOpt = None,
               as_json: JsonOpt = False) -> None:
     """Per task, statically (nothing built or run): does it load, does its Dockerfile build offline here
     (else validate's reason: needs-network, unsupported-base, ...), has it an oracle, does it ask for
@@ -72,7 +72,7 @@ def check_cmd(tasks: TasksOpt, task_ids: TaskIdsOpt = None, report: ReportOpt = 
     from envfarm.envs.harbor.check import check_tasks, write_report
     from envfarm.envs.harbor.task import select_dirs
 
-    ids = _ids(task_ids)
+    ids = _ids(task_ids, ctx)
     total = len(select_dirs(tasks, list(ids) or None))  # a bad folder or id fails here, in one line
     with progress_bar(err, transient=True, disable=not err.is_terminal) as bar:
         job = bar.add_task("checking", total=total)
@@ -102,8 +102,9 @@ def _print_check(result: Check) -> None:
                   f"not; {result.with_oracle} with an oracle", highlight=False)
 
 
-@app.command("validate")
+@app.command("validate", context_settings={"allow_extra_args": True})
 def validate_cmd(
+    ctx: typer.Context,
     tasks: TasksOpt,
     report_dir: Annotated[Path, typer.Option("--report-dir", help="Folder the reports go to.")],
     task_ids: TaskIdsOpt = None,
@@ -120,7 +121,7 @@ def validate_cmd(
     from envfarm.envs.harbor.task import select_dirs
     from envfarm.envs.harbor.validate import Event, ValidateConfig, num, validate_tasks
 
-    ids = _ids(task_ids)
+    ids = _ids(task_ids, ctx)
     every = len(select_dirs(tasks, list(ids) or None))  # unknown ids fail here, before any build
     total = min(every, sample or every)
     config = ValidateConfig(tasks=tasks, report_dir=report_dir, task_ids=ids, run_id=run_id,

@@ -21,7 +21,7 @@ from rich.table import Table
 from envfarm.errors import ConfigError, SpecNotFound
 from envfarm.sandbox.values import TIMEOUTS
 
-from .options import deprecated, progress_bar
+from .options import deprecated, parse_ids, progress_bar
 
 if TYPE_CHECKING:
     from envfarm.harness import Instance, Plan, RunReport
@@ -88,14 +88,6 @@ EachOpt = Annotated[bool, typer.Option(
 RepoOpt = Annotated[
     list[str] | None, typer.Option("--repo", help="Only this repo's images (owner/name; repeatable).")
 ]
-
-
-def parse_ids(first: list[str] | None, extra: list[str]) -> list[str] | None:
-    """``--instance-ids A B C``: click gives A to the option and leaves B C as extra arguments."""
-    if extra and not first:
-        raise ConfigError(f"unexpected arguments {extra}; instance ids go after --instance-ids")
-    ids = [*(first or []), *extra]
-    return [i for part in ids for i in part.replace(",", " ").split()] or None
 
 
 @app.command("run", context_settings={"allow_extra_args": True})

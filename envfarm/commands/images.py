@@ -24,6 +24,7 @@ from envfarm.sandbox import images
 
 from . import harness as harness_images
 from .harness import IdsOpt, SpecsOpt, SplitOpt
+from .options import parse_ids
 
 app = typer.Typer(
     help="Build, list and prune images: the sandboxes' (recipes in images/); with --harness, the harness's.",
@@ -89,7 +90,7 @@ def build(
         if instances is None:
             raise ConfigError("images build --harness builds the env images of task rows: give "
                               "--instances FILE")
-        ids = harness_images.parse_ids(instance_ids, names or [])
+        ids = parse_ids(instance_ids, names or [])
         harness_images.build_env_images(instances, ids, specs, split, max_workers, force, report)
         return
     _only(False, {"--instances": instances, "--instance-ids": instance_ids, "--specs": specs,

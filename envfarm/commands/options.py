@@ -107,6 +107,15 @@ def alias(command: Callable[P, R], old: str, new: str) -> Callable[P, R]:
     return run
 
 
+def parse_ids(first: list[str] | None, extra: list[str], flag: str = "--instance-ids") -> list[str] | None:
+    """``FLAG A B C`` (also ``FLAG "A B"``, ``FLAG A,B``, ``FLAG A FLAG B``): click gives A to the option and
+    leaves B C as extra arguments (the command allows extra arguments)."""
+    if extra and not first:
+        raise ConfigError(f"unexpected arguments {extra}; ids go after {flag}")
+    ids = [*(first or []), *extra]
+    return [i for part in ids for i in part.replace(",", " ").split()] or None
+
+
 def progress_bar(console: Console, *, transient: bool = False, disable: bool = False) -> Progress:
     """The commands' progress display: the task's description, a bar, done of total and the time elapsed."""
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())

@@ -24,8 +24,8 @@ from rich.table import Table
 from envfarm.errors import ConfigError
 from envfarm.sandbox.values import DEFAULT_BACKEND
 
-from .harness import IdsOpt, RepoSourceOpt, SpecsOpt, parse_ids
-from .options import deprecated, old_spelling
+from .harness import IdsOpt, RepoSourceOpt, SpecsOpt
+from .options import deprecated, old_spelling, parse_ids
 
 if TYPE_CHECKING:
     from envfarm.envs.code_repair.factory.catalogue import CatalogueReport

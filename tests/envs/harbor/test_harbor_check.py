@@ -92,6 +92,11 @@ def test_the_command_prints_the_counts_and_writes_the_report(tmp_path: Path) -> 
                                        "--json"])
     assert printed.exit_code == 0, printed.output
     assert json.loads(printed.stdout)["reasons"] == {"needs-network": 1}
+    # ids as every envfarm command takes them: after the flag, space-separated, quoted or with commas
+    for ids in (["c-curls", "a-offline"], ["c-curls a-offline"], ["c-curls,a-offline"]):
+        args = ["harbor", "check", "--tasks", str(tasks), "--task-ids", *ids, "--json"]
+        got = CliRunner().invoke(app, args)
+        assert got.exit_code == 0 and json.loads(got.stdout)["tasks"] == 2, (ids, got.output)
 
 
 @pytest.mark.parametrize(("args", "says"), [
