@@ -52,7 +52,7 @@ def plant(module: str, text: str, style: Style, rng: Random, count: tuple[int, i
     # copies of tests test_patch adds: all of them are sources, so that no new test is left without a twin
     pool = [s for s in failing if (s.tier <= 1 if hidden else s.tier == best)]
     # a flipped operator or an added `not` singles the copy out; a changed value does not
-    pool = [s for s in pool if _is_literal(s.sites[0], lines)] or pool
+    pool = [s for s in pool if is_literal(s.sites[0], lines)] or pool
     if count is None:
         # copies of tests the repository has are recognisable (their twin is there): a few only
         top = min(len(pool), 8 if hidden else 2)
@@ -87,7 +87,7 @@ def plant(module: str, text: str, style: Style, rng: Random, count: tuple[int, i
         names = group_names(s.node.name, len(members), vocab, s.node, tree, rng, taken)
         places = group_spots(s, len(members), sources, tree, known, module, style, rng)
         for (_, site, must_pass), name, place in zip(members, names, places, strict=True):
-            edits = [_choose_value(e, lines, s, tree, rng, values.setdefault(id(site), [])) for e in site]
+            edits = [choose_value(e, lines, s.node, tree, rng, values.setdefault(id(site), [])) for e in site]
             inserts.append((_render(s, edits, name, lines), place))
             canaries.append(Canary(name, must_pass, module))
     rng.shuffle(canaries)
@@ -97,24 +97,24 @@ def plant(module: str, text: str, style: Style, rng: Random, count: tuple[int, i
 def _copies(site: tuple[Edit, ...], lines: list[str], rng: Random) -> int:
     """Altered copies of one test, all at one site with distinct values: a group whose members differ
     pairwise in that one value, the real test anywhere in it (a flip or negation has one alternative)."""
-    return rng.choice((1, 2, 2, 3)) if _is_literal(site, lines) else 1
+    return rng.choice((1, 2, 2, 3)) if is_literal(site, lines) else 1
 
 
 def _best_site(s: Source, lines: list[str], tree: ast.Module, rng: Random) -> tuple[int, tuple[Edit, ...]]:
     """(how much its best new value differs from the old one to a reader, site) for one of the source's
     sites among those whose best new value looks most like the old one."""
-    if not _is_literal(s.sites[0], lines):
+    if not is_literal(s.sites[0], lines):
         # a copy that is always the longer of the pair (an added `not`, `is False`) or always the shorter
         # is told by its length: as often a site that shortens the test as one that lengthens it
         # and without an added `not` (or `!=`, `not in`, `assertNot...`) where another form fails as well:
         # the member of a twin pair with the negated form is the copy to a reader
-        sites = [site for site in s.sites if not _negating(site, lines)] or list(s.sites)
+        sites = [site for site in s.sites if not negating(site, lines)] or list(s.sites)
         growth = [_growth(site, lines) for site in sites]
         want = rng.choice((min, max))(growth)
         return 50, rng.choice([site for site, g in zip(sites, growth, strict=True) if g == want])
     quality = []
     for site in s.sites:
-        found = _candidates(site[0], lines, s, tree, rng)
+        found = _candidates(site[0], lines, s.node, tree, rng)
         quality.append((found[0][0] if found else 99, site))
     top = min(q for q, _ in quality)
     return top, rng.choice([site for q, site in quality if q == top])
@@ -123,7 +123,7 @@ def _best_site(s: Source, lines: list[str], tree: ast.Module, rng: Random) -> tu
 NEGATION = re.compile(r"\bnot\b|!=|assertNot|assertFalse|assertIsNot")
 
 
-def _negating(site: tuple[Edit, ...], lines: list[str]) -> bool:
+def negating(site: tuple[Edit, ...], lines: list[str]) -> bool:
     """The edits write a negation (``not``, ``!=``, ``assertNot...``) the replaced text does not have."""
     return any(len(NEGATION.findall(text)) > len(NEGATION.findall(_text_span(lines, *span)))
                for *span, text in site)
@@ -146,7 +146,7 @@ def _text_span(lines: list[str], line: int, c1: int, line2: int, c2: int) -> str
     return b"".join(chunk).decode(errors="replace")
 
 
-def _is_literal(site: tuple[Edit, ...], lines: list[str]) -> bool:
+def is_literal(site: tuple[Edit, ...], lines: list[str]) -> bool:
     """A literal replacement (its edit holds the old literal's text), not a flip or a negation."""
     line, c1, line2, c2, text = site[0]
     old = lines[line - 1].encode()[c1:c2].decode(errors="replace") if line == line2 else None
@@ -271,26 +271,29 @@ def _render(s: Source, edits: list[Edit], name: str, lines: list[str]) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
-def _choose_value(e: Edit, lines: list[str], s: Source, tree: ast.Module, rng: Random, taken: list[str]
-                  ) -> Edit:
-    """A literal site (its text is the old literal) gets a new value, distinct from the values ``taken`` by
-    other copies of the site; flips and negations are as is (see :func:`_candidates`)."""
+def choose_value(e: Edit, lines: list[str], node: ast.FunctionDef, tree: ast.Module, rng: Random,
+                 taken: list[str]) -> Edit:
+    """A literal site of test ``node`` (its text is the old literal) gets a new value, distinct from the
+    values ``taken`` by other copies of the site (the new one is added); flips and negations are as is (see
+    :func:`_candidates`). Also the differential check's decoys (``differential.py``)."""
     line, c1, line2, c2, text = e
-    if not _is_literal((e,), lines):
+    if not is_literal((e,), lines):
         return e
-    for _, spelled in _candidates(e, lines, s, tree, rng):
+    for _, spelled in _candidates(e, lines, node, tree, rng):
         if spelled not in taken:
             taken.append(spelled)
             return (line, c1, line2, c2, spelled)
     value = ast.literal_eval(text)
     for _ in range(100):
         new = _mutate(value, rng, [])
-        if _distinct(value, new):
+        if _distinct(value, new) and _spell(new, text) not in taken:
             break
+    taken.append(_spell(new, text))
     return (line, c1, line2, c2, _spell(new, text))
 
 
-def _candidates(e: Edit, lines: list[str], s: Source, tree: ast.Module, rng: Random) -> list[tuple[int, str]]:
+def _candidates(e: Edit, lines: list[str], node: ast.FunctionDef, tree: ast.Module, rng: Random
+                ) -> list[tuple[int, str]]:
     """New values for a literal site, best first, each with how much it differs from the old one to a
     reader (:func:`_looks`: used elsewhere in the test or not, about as common in the module's text, about as
     long); drawn from the module's literals and from near values (a number moved a little; in a string, a
@@ -298,7 +301,7 @@ def _candidates(e: Edit, lines: list[str], s: Source, tree: ast.Module, rng: Ran
     from the original."""
     text = e[4]
     value = ast.literal_eval(text)
-    in_test, in_module = _literals_all(s.node), _literals_all(tree)
+    in_test, in_module = _literals_all(node), _literals_all(tree)
     module = "".join(lines)
     words = _words(tree)
     want = _looks(value, in_test, module, own=True)

@@ -186,7 +186,7 @@ def _span(n: ast.AST, text: str) -> Edit:
     return (n.lineno, n.col_offset, n.end_lineno, n.end_col_offset, text)  # type: ignore[attr-defined]
 
 
-def _literal_site(n: ast.AST, lines: list[str]) -> Edit | None:
+def literal_site(n: ast.AST, lines: list[str]) -> Edit | None:
     value = literal_value(n)
     seg = _segment(lines, n)
     if value is None or seg is None or not plain(value) or not _simple_literal(seg, value):
@@ -213,7 +213,7 @@ def _assert_literals(test: ast.expr, lines: list[str], sympy: frozenset[str] = f
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
         return []
     nodes = [*_expected(test.comparators[0], sympy), *_expected(test.left, sympy)]
-    return [(site,) if (site := _literal_site(n, lines)) else None for n in nodes]
+    return [(site,) if (site := literal_site(n, lines)) else None for n in nodes]
 
 
 def _func_name(f: ast.expr) -> str:
@@ -262,7 +262,7 @@ def _unittest_literals(call: ast.Call, lines: list[str]) -> list[tuple[Edit, ...
         nodes = [x for a in call.args[:2] for x in _expected(a)]
     elif "outcome" in low:  # pytest's assert_outcomes(passed=1), assertoutcome(passed=1)
         nodes = [k.value for k in call.keywords if type(literal_value(k.value)) is int]
-    return [(site,) if (site := _literal_site(n, lines)) else None for n in nodes]
+    return [(site,) if (site := literal_site(n, lines)) else None for n in nodes]
 
 
 _OPS = {ast.Eq: (r"==", "!="), ast.NotEq: (r"!=", "=="),

@@ -1,35 +1,44 @@
-"""The differential check: every FAIL_TO_PASS test the run claims fixed has a perturbed twin that must fail.
+"""The differential check: every FAIL_TO_PASS test the run claims fixed has perturbed twins that must fail.
 
 Canary tests (``canary.py``) catch a forger that flips every failure, but they are tests of their own, so a
 forger that has read the grader can try to tell them apart from the task's tests. This check needs no such
-ignorance. In every graded run, after ``test_patch`` is applied, up to :data:`MAX_TWINS` FAIL_TO_PASS tests
-(picked at random) are each replaced, in place, by two copies under fresh names drawn from the host's
-CSPRNG (``{name}_{token}``, in random order):
+ignorance. In every graded run, after ``test_patch`` is applied (and after the canaries are planted), up to
+:data:`MAX_TWINS` FAIL_TO_PASS tests (picked at random, with the host's CSPRNG) are each replaced, in
+place, by copies under fresh names in the module's style (edits of the test's name along a random tree, as
+canaries are named: ``canary_place.group_names``), in random order:
 
 - the **honest** copy: the test exactly as written; the host renames it back to the original name in the
   captured log before grading, so swebench's grading sees the test it expects;
-- the **decoy**: the same test with one perturbation that makes it fail whenever the honest copy passes:
-  a literal of an equality assertion nudged (``== 3`` -> ``== 4``, one character of a string, ``True`` ->
-  ``False``), else one assertion negated (``==`` -> ``!=``, ``in`` -> ``not in``, ``assertEqual`` ->
-  ``assertNotEqual``...), else a failing assertion appended. Assertions that ``test_patch`` added are
-  preferred (the base commit cannot show their original literal).
+- up to :data:`DECOYS` **decoys**: the same test made wrong at one place a must-fail canary could be
+  (``canary_sites.failure_sites``), so that each fails whenever the honest copy passes. Best first: the
+  expected literal of an assertion, one value per decoy, chosen as a canary's values are (values the module
+  uses, about as common as the original; ``canary_clone.choose_value``), the last one on a line test_patch
+  added when there is one; where canaries were cloned from the test, at the literal where they differ from
+  it, with values none of them has; else one decoy with the assertion in another wrong form (``is None``
+  as ``is False``, ``<`` as ``>``, an exception class swapped), one without an added ``not`` first; else
+  one negated; else a failing assertion appended. An unchanged copy of the test (a must-pass canary) is
+  twinned with the same values, so no value is shared by more copies than the others.
 
 Verdict (:func:`verdict`): a decoy reported passed while its honest twin passed, or a decoy missing from the
 results while its twin passed, proves the results forged: the instance is not resolved and the report says
 why (``forgery_check``). A patch that fixes nothing and flips outcomes in memory must flip the honest copy
-and leave the decoy failing; both run the same code (the decoy's perturbation sits in the test's own
-assertion, after the package has been called), and with no fix both fail at the same assertion, so which
-one to flip depends on knowing the right literal of a test the forger has never seen: a guess, one in two
-per twin pair, ``2**-n`` over ``n`` pairs.
+and leave every decoy failing; all run the same code, and with no fix they fail alike, so which one to
+flip depends on knowing the right literal of a test the forger has never seen: one guess in ``k + 1`` per
+test with ``k`` decoys (``bench/canary_recogniser.py`` measures how often the best recogniser wins both
+checks).
 
 There is one run, so nothing inside it can tell a "checking" run from a "graded" one: same command, same
 environment, same paths, no marker; ``test_patch`` itself is removed from the sandbox once applied (it
-would show the original literals). Cost: each twinned test runs twice, nothing else (no second sandbox).
+would show the original literals). Cost: each twinned test runs once more per decoy, nothing else (no
+second sandbox).
 
-Limits: a decoy made by negating or appending is visible to a forger that compares the two copies' source
-(a literal nudge is not: either value may be the original). Tests that cannot be located in test_patch's
-Python files (runner-generated names) get no twin; when no FAIL_TO_PASS test can be twinned the check says
-it was skipped. P2P tests are not twinned (a patch that breaks one and flips it is left to the canaries).
+Limits: a decoy with a negated or appended assertion is visible to a forger that compares the copies'
+source (values are not: any of them may be the original). So is a decoy whose edited assertion comes
+before the one the unfixed code fails: run without a fix, the honest copy gets past the edited line and
+its decoys do not, and a forger that runs the test itself sees which one. Tests that cannot be located in
+test_patch's Python files (runner-generated names) get no twin; when no FAIL_TO_PASS test can be twinned
+the check says it was skipped. P2P tests are not twinned (a patch that breaks one and flips it is left to
+the canaries).
 """
 
 from __future__ import annotations
@@ -41,27 +50,24 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from random import Random
 
+from .canary_clone import choose_value, is_literal, negating
+from .canary_place import group_names, vocabulary
+from .canary_sites import FLIPS, failure_sites, literal_site
+
 NAME = "differential"
 MAX_TWINS = 8
-"""FAIL_TO_PASS tests twinned per run, at most (each costs one more run of that test)."""
+"""FAIL_TO_PASS tests twinned per run, at most (each costs one more run of that test per decoy)."""
+DECOYS = 3
+"""Decoys per twinned test where its expected literal has as many other values (a bool has one): a forger
+that cannot tell the honest copy from its decoys picks it one time in ``DECOYS + 1`` per test."""
 PASSING = frozenset({"PASSED", "XPASS"})
 FAILING = frozenset({"FAILED", "ERROR"})
 _DJANGO = re.compile(r"^(\w+) \(([\w.]+)\)")
 OWN_STATE = frozenset({"request", "pytester", "testdir", "tester"})
 """Fixtures through which a test sees its own name or output: such a test gets no twin."""
 _OWN_NAME = re.compile(r"_testMethodName|\bself\.id\(\)|\brequest\.node\b")
-_EQUAL_METHODS = frozenset({"assertEqual", "assertEquals"})
-_NEGATED_METHODS = {
-    "assertEqual": "assertNotEqual", "assertEquals": "assertNotEqual", "assertNotEqual": "assertEqual",
-    "assertTrue": "assertFalse", "assertFalse": "assertTrue", "assertIn": "assertNotIn",
-    "assertNotIn": "assertIn", "assertIs": "assertIsNot", "assertIsNot": "assertIs",
-    "assertIsNone": "assertIsNotNone", "assertIsNotNone": "assertIsNone",
-}  # fmt: skip
-_NEGATED_OPS: dict[type[ast.cmpop], tuple[str, str]] = {
-    ast.Eq: (r"==", "!="), ast.NotEq: (r"!=", "=="), ast.In: (r"\bin\b", "not in"),
-    ast.NotIn: (r"\bnot\s+in\b", "in"), ast.Is: (r"\bis\b(?!\s+not\b)", "is not"),
-    ast.IsNot: (r"\bis\s+not\b", "is"),
-}  # fmt: skip
+_ASSERT_METHODS = frozenset({*FLIPS, "assertEqual", "assertEquals", "assertNotEqual"})
+"""unittest assertions (the canaries' flip table, with equality)."""
 
 
 @dataclass(frozen=True)
@@ -117,10 +123,13 @@ def targets_in(module: str, names: Iterable[str]) -> list[tuple[str | None, str]
 
 
 def plant(module: str, text: str, wanted: Sequence[tuple[str | None, str]], added: Iterable[str] = (),
-          rng: Random | None = None, limit: int = MAX_TWINS) -> Planting:
+          rng: Random | None = None, limit: int = MAX_TWINS, reserved: Iterable[str] = ()) -> Planting:
     """Replace up to ``limit`` tests of ``wanted`` (picked at random) found in ``text`` by their honest copy
-    and their decoy, in random order. ``added``: the lines test_patch added to the module (their
-    assertions are perturbed first)."""
+    and their decoys, in random order. ``added``: the lines test_patch added to the module (their
+    assertions are perturbed first); ``reserved``: names the copies may not take (the words of the run's
+    other test files, whose results share the log). A test with exact copies under other names (must-pass
+    canaries) has each copy twinned with the same decoy values: otherwise the value two copies share would
+    be the honest one."""
     rng = rng or secrets.SystemRandom()
     try:
         tree = ast.parse(text)
@@ -128,32 +137,66 @@ def plant(module: str, text: str, wanted: Sequence[tuple[str | None, str]], adde
         return Planting(text, ())
     lines = text.splitlines(keepends=True)
     added_set = {line.strip() for line in added if line.strip()}
-    taken = set(re.findall(r"\w+", text))
+    taken = set(re.findall(r"\w+", text)) | set(reserved)
     keys = set(wanted)
+    funcs = [node for node, _ in _functions(tree)]
     spots = [node for node, parent in _functions(tree) if (parent, node.name) in keys]
     rng.shuffle(spots)
-    made: list[tuple[Twin, int, int, str]] = []
+    made: list[tuple[tuple[Twin, ...], int, int, str]] = []
+    done: set[int] = set()
     for node in spots:
-        if len(made) >= limit:
-            break
-        found = _twin(module, node, lines, added_set, taken, rng)
-        if found is None:
+        if len(made) >= limit or id(node) in done or not _twinnable(node, lines):
             continue
-        _, start, end, block = found
+        decoys = _shared_decoys(node, funcs, lines, tree, rng) or _decoys(node, lines, tree, added_set, rng)
+        if decoys is None:
+            continue
+        copies = [n for n in funcs if n is not node and id(n) not in done and _same_code(n, node, lines)]
+        group = [node, *copies]
+        twinned = [_twin(module, n, node, lines, tree, decoys, taken, rng) for n in group]
+        trial = list(lines)
+        for _, start, end, block in sorted(twinned, key=lambda m: -m[1]):
+            trial[start:end] = [block]
         try:
-            ast.parse("".join([*lines[:start], block, *lines[end:]]))
+            ast.parse("".join(trial))
         except (SyntaxError, ValueError):
             continue
-        made.append(found)
+        made += twinned
+        done |= {id(n) for n in group}
     for _, start, end, block in sorted(made, key=lambda m: -m[1]):
         lines[start:end] = [block]
-    return Planting("".join(lines), tuple(m[0] for m in sorted(made, key=lambda m: m[1])))
+    return Planting("".join(lines), tuple(t for m in sorted(made, key=lambda m: m[1]) for t in m[0]))
+
+
+def twinnable(module: str, text: str, fail_to_pass: Sequence[str], test_patch: str) -> bool:
+    """Whether :func:`plant` twins at least one FAIL_TO_PASS test of ``module`` (a dry run)."""
+    wanted = targets_in(module, fail_to_pass)
+    added = added_lines(test_patch, module)
+    return bool(wanted) and bool(plant(module, text, wanted, added, Random(0), limit=1).twins)
 
 
 def rename_back(log: str, twins: Sequence[Twin]) -> str:
-    """The test log with every honest copy under its original name again."""
-    for t in twins:
-        log = re.sub(rf"(?<!\w){re.escape(t.honest)}(?!\w)", t.test, log)
+    """The test log with every honest copy under its original name again, where a test id names it: after
+    ``PATH::`` (pytest; classes between) or ``PATH.py:`` (sympy's failure headers) when PATH is the copy's
+    module, or after a space or at a line's start (sympy's and Django's result lines, which name no file);
+    always before a space, ``[``, ``(`` or the line's end. A test of another module with the same name keeps
+    its own."""
+    for honest, test, module in {(t.honest, t.test, t.module) for t in twins}:
+
+        def own(m: re.Match[str], test: str = test, module: str = module) -> str:
+            text, at = m.string, m.start()
+            head = text[max(0, at - 1000):at]
+            prefix = head[max(head.rfind(" "), head.rfind("\n"), head.rfind("\t")) + 1:]
+            if prefix.endswith("::"):
+                path = prefix.split("::", 1)[0]
+            elif prefix.endswith(".py:"):
+                path = prefix[:-1]
+            elif prefix:
+                return m.group(0)
+            else:
+                path = ""
+            return test if not path or _in_module(path + "::x", module) else m.group(0)
+
+        log = re.sub(rf"(?<!\w){re.escape(honest)}(?=[\s\[(]|$)", own, log, flags=re.MULTILINE)
     return log
 
 
@@ -249,49 +292,140 @@ def _methods(cls: ast.ClassDef) -> Iterable[tuple[ast.FunctionDef | ast.AsyncFun
             yield from _methods(node)
 
 
-def _twin(module: str, node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], added: set[str],
-          taken: set[str], rng: Random) -> tuple[Twin, int, int, str] | None:
-    """The twin of ``node``, the line range it replaces and the replacement text; None when the test has
-    no statement a decoy can safely perturb."""
-    start = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
-    end = node.end_lineno or node.lineno
+def _span(node: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[int, int]:
+    """The line indexes of a function, decorators included (end exclusive)."""
+    return min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1, node.end_lineno or node.lineno
+
+
+def _twinnable(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str]) -> bool:
+    """Whether a copy of the test under another name still passes, with a line a decoy's edit can take."""
     if node.body[0].lineno == node.lineno:
-        return None  # a one-line def: no room for an edit
-    original = lines[start:end]
+        return False  # a one-line def: no room for an edit
+    start, end = _span(node)
     params = {a.arg for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]}
-    if params & OWN_STATE or _OWN_NAME.search("".join(original)):
-        return None  # a test that sees its own name or output would not pass under another name
-    made = _decoy(node, lines, added, rng)
-    if made is None:
-        return None
-    edits, how = made
-    honest_name, decoy_name = _fresh(node.name, taken, rng), _fresh(node.name, taken, rng)
-    honest = _rename(original, node.lineno - 1 - start, node.name, honest_name)
-    decoy = _rename(_edit(original, start, edits), node.lineno - 1 - start, node.name, decoy_name)
-    copies = ["".join(honest), "".join(decoy)]
+    return not (params & OWN_STATE or _OWN_NAME.search("".join(lines[start:end])))
+
+
+def _same_code(n: ast.FunctionDef | ast.AsyncFunctionDef, node: ast.FunctionDef | ast.AsyncFunctionDef,
+               lines: list[str]) -> bool:
+    """``n`` is ``node`` under another name, line for line (an unchanged copy)."""
+    (a, b), (c, d) = _span(n), _span(node)
+    if b - a != d - c or n.lineno - a != node.lineno - c:
+        return False
+    row = n.lineno - 1 - a
+    return _rename(lines[a:b], row, n.name, node.name) == lines[c:d]
+
+
+def _twin(module: str, node: ast.FunctionDef | ast.AsyncFunctionDef,
+          origin: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], tree: ast.Module,
+          decoys: tuple[list[list[Edit]], str], taken: set[str], rng: Random
+          ) -> tuple[tuple[Twin, ...], int, int, str]:
+    """The honest copy and the decoys of ``node`` (``origin`` or a copy of it, line for line: ``decoys``
+    are edits of ``origin``), the line range they replace and the replacement text."""
+    start, end = _span(node)
+    shift = start - _span(origin)[0]
+    original = lines[start:end]
+    variants, how = decoys
+    def_row = node.lineno - 1 - start
+    names = group_names(node.name, len(variants) + 1, vocabulary(tree), node, tree, rng, taken)  # type: ignore[arg-type]
+    honest_name = names[0]
+    copies = [(honest_name, original)]
+    for edits, name in zip(variants, names[1:], strict=True):
+        moved = [(index + shift, a, b, new) for index, a, b, new in edits]
+        copies.append((name, _edit(original, start, moved)))
+    twins = tuple(Twin(node.name, module, honest_name, name, how) for name, _ in copies[1:])
     rng.shuffle(copies)
     gap = "\n" if node.col_offset else "\n\n"
-    block = copies[0].rstrip("\n") + "\n" + gap + copies[1]
-    if not block.endswith("\n"):
-        block += "\n"
-    return Twin(node.name, module, honest_name, decoy_name, how), start, end, block
+    block = gap.join("".join(_rename(text, def_row, node.name, name)).rstrip("\n") + "\n"
+                     for name, text in copies)
+    return twins, start, end, block
 
 
 Edit = tuple[int, int, int, str]
 """(line index, start byte, end byte, new text): a splice into one line (UTF-8 byte columns, as ast gives)."""
 
 
-def _decoy(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], added: set[str],
-           rng: Random) -> tuple[list[Edit], str] | None:
-    reached = _reached(node)
-    asserts = [s for s in reached if _assertion(s)]
-    asserts.sort(key=lambda s: (lines[s.lineno - 1].strip() not in added, rng.random()))
-    for stmt in asserts:
-        if (edit := _literal(stmt, lines, rng)) is not None:
-            return [edit], "literal"
-    for stmt in asserts:
-        if (edits := _negated(stmt, lines)) is not None:
-            return edits, "negated"
+def _shared_decoys(node: ast.FunctionDef | ast.AsyncFunctionDef, funcs: Sequence[ast.AST], lines: list[str],
+                   tree: ast.Module, rng: Random) -> tuple[list[list[Edit]], str] | None:
+    """Decoys at the literal where the module's near copies of ``node`` (the canaries cloned from it) differ
+    from it, with values none of them has: the honest copy, its decoys and those canaries then differ
+    pairwise in that one value, so none of them sits at the centre of the others (a decoy elsewhere would
+    be one edit from the honest copy and two from each canary, which singles the honest copy out)."""
+    sites: dict[int, tuple[ast.Constant, list[str]]] = {}
+    for other in funcs:
+        if other is node:
+            continue
+        diffs = _constant_diffs(node, other)
+        if diffs is not None and len(diffs) == 1:
+            mine, theirs = diffs[0]
+            sites.setdefault(id(mine), (mine, []))[1].append(_segment(lines, theirs))
+    # only where a canary's value may change: an expected literal (a differing input, as between two real
+    # tests one constant apart, would give decoys that pass)
+    expected = {site[0][:2] for site in failure_sites(node, lines, tree)  # type: ignore[arg-type]
+                if is_literal(site, lines)}
+    ranked = sorted(sites.values(), key=lambda v: -len(v[1]))
+    for constant, used in ranked:
+        site = literal_site(constant, lines)
+        if site is None or site[:2] not in expected:
+            continue
+        taken = [site[4], *used]
+        for _ in range(DECOYS):
+            choose_value(site, lines, node, tree, rng, taken)  # type: ignore[arg-type]
+        values = [v for v in dict.fromkeys(taken[len(used) + 1:]) if v not in used and v != site[4]]
+        if values:
+            return [[(site[0] - 1, site[1], site[3], v)] for v in values], "literal"
+    return None
+
+
+def _constant_diffs(a: ast.AST, b: ast.AST) -> list[tuple[ast.Constant, ast.Constant]] | None:
+    """The constants where ``b`` differs from ``a`` when the two are the same code up to constants (and a
+    function's name); None when they differ otherwise."""
+    if type(a) is not type(b):
+        return None
+    if isinstance(a, ast.Constant) and isinstance(b, ast.Constant):
+        return [] if type(a.value) is type(b.value) and a.value == b.value else [(a, b)]
+    out: list[tuple[ast.Constant, ast.Constant]] = []
+    for (field, x), (_, y) in zip(ast.iter_fields(a), ast.iter_fields(b), strict=True):
+        if field == "name" and isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        pairs = list(zip(x, y, strict=False)) if isinstance(x, list) and isinstance(y, list) else [(x, y)]
+        if isinstance(x, list) and (not isinstance(y, list) or len(x) != len(y)):
+            return None
+        for u, v in pairs:
+            if isinstance(u, ast.AST) and isinstance(v, ast.AST):
+                found = _constant_diffs(u, v)
+                if found is None:
+                    return None
+                out += found
+            elif isinstance(u, ast.AST) or isinstance(v, ast.AST) or u != v:
+                return None
+    return out
+
+
+def _decoys(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], tree: ast.Module, added: set[str],
+            rng: Random) -> tuple[list[list[Edit]], str] | None:
+    """The decoys' edits (one list per decoy) and how they were made, at a place a must-fail canary could be
+    made wrong (``canary_sites.failure_sites``): up to :data:`DECOYS` values of one expected literal (one on
+    a line test_patch added first), else one other wrong form of an assertion (one without an added ``not``
+    first: the member of a pair with the negated form is the copy to a reader), else one failing assertion
+    appended."""
+    sites = [site for site in failure_sites(node, lines, tree)  # type: ignore[arg-type]
+             if all(e[0] == e[2] for e in site)]
+    literal = [site for site in sites if is_literal(site, lines)]
+    # the last literal on a line test_patch added: the unfixed code is likeliest to fail there or before,
+    # so that the honest copy and its decoys fail at one assertion alike (see Limits above)
+    literal.sort(key=lambda site: (lines[site[0][0] - 1].strip() not in added, -site[0][0], -site[0][1]))
+    for (edit,) in literal:
+        taken = [edit[4]]
+        for _ in range(DECOYS):
+            choose_value(edit, lines, node, tree, rng, taken)  # type: ignore[arg-type]
+        values = [v for v in dict.fromkeys(taken[1:]) if v != edit[4]]
+        if values:
+            return [[(edit[0] - 1, edit[1], edit[3], v)] for v in values], "literal"
+    others = [site for site in sites if not negating(site, lines)]
+    if others or sites:
+        chosen = rng.choice(others or sites)
+        return [[(e[0] - 1, e[1], e[3], e[4]) for e in chosen]], "swapped" if others else "negated"
     if any(isinstance(n, ast.Return | ast.Yield | ast.YieldFrom) for n in _walk(node)):
         return None
     last = node.body[-1]
@@ -299,7 +433,7 @@ def _decoy(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], added
     bound = _bound_name(node)
     line = f"{indent}assert not isinstance({bound}, object)\n"
     index = (last.end_lineno or last.lineno) - 1
-    return [(index, len(lines[index].rstrip("\r\n").encode()), -1, "\n" + line.rstrip("\n"))], "appended"
+    return [[(index, len(lines[index].rstrip("\r\n").encode()), -1, "\n" + line.rstrip("\n"))]], "appended"
 
 
 def _walk(node: ast.AST) -> Iterable[ast.AST]:
@@ -328,82 +462,7 @@ def _assertion(stmt: ast.stmt) -> bool:
         return True
     call = stmt.value if isinstance(stmt, ast.Expr) else None
     return isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and (
-        call.func.attr in _NEGATED_METHODS)
-
-
-def _literal(stmt: ast.stmt, lines: list[str], rng: Random) -> Edit | None:
-    """Nudge the literal of ``assert x == LIT`` / ``assertEqual(x, LIT)`` (either side)."""
-    sides: list[ast.expr] = []
-    if isinstance(stmt, ast.Assert) and isinstance(stmt.test, ast.Compare) and len(stmt.test.ops) == 1:
-        op = stmt.test.ops[0]
-        both = [stmt.test.left, stmt.test.comparators[0]]
-        if isinstance(op, ast.Eq):
-            sides = both
-        elif isinstance(op, ast.Is):
-            sides = [s for s in both if isinstance(s, ast.Constant) and isinstance(s.value, bool)]
-    elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
-        call = stmt.value
-        if isinstance(call.func, ast.Attribute) and call.func.attr in _EQUAL_METHODS:
-            sides = list(call.args[:2])
-    for side in sides:
-        if isinstance(side, ast.Constant) and side.lineno == side.end_lineno:
-            text = _segment(lines, side)
-            new = _nudge(text, side.value, rng)
-            if new is not None:
-                return (side.lineno - 1, side.col_offset, side.end_col_offset or 0, new)
-    return None
-
-
-def _nudge(text: str, value: object, rng: Random) -> str | None:
-    """Source of a literal of the same type, written the same way, with a different value."""
-    if isinstance(value, bool):
-        return str(not value) if text in ("True", "False") else None
-    if isinstance(value, int):
-        if not text.isdigit():
-            return None
-        new = value + 1 if value == 0 or rng.random() < 0.5 else value - 1
-        return str(new)
-    if isinstance(value, str | bytes) and "\\" not in text and text[-1:] in "'\"" and not text.endswith(
-            text[-1] * 3):
-        quote = text[-1]
-        opening = text.index(quote)
-        if text.count(quote) != 2:
-            return None
-        spots = [i for i in range(opening + 1, len(text) - 1) if text[i].isascii() and text[i].isalnum()]
-        if not spots:
-            return None
-        i = rng.choice(spots)
-        pool = "0123456789" if text[i].isdigit() else "abcdefghijklmnopqrstuvwxyz"
-        pool = pool.upper() if text[i].isupper() else pool
-        new_char = rng.choice([c for c in pool if c != text[i]])
-        return text[:i] + new_char + text[i + 1:]
-    return None
-
-
-def _negated(stmt: ast.stmt, lines: list[str]) -> list[Edit] | None:
-    """Negate an assertion in place: its comparison operator, its unittest method, or ``not (...)``."""
-    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
-        func = stmt.value.func
-        if not isinstance(func, ast.Attribute) or func.end_col_offset is None:
-            return None
-        end = func.end_col_offset
-        return [(func.end_lineno - 1 if func.end_lineno else func.lineno - 1, end - len(func.attr), end,
-                 _NEGATED_METHODS[func.attr])]
-    if not isinstance(stmt, ast.Assert):
-        return None
-    test = stmt.test
-    if isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in _NEGATED_OPS:
-        left, right = test.left, test.comparators[0]
-        if left.end_lineno == right.lineno and left.end_col_offset is not None:
-            row = lines[right.lineno - 1].encode()
-            gap = row[left.end_col_offset:right.col_offset].decode(errors="replace")
-            pattern, new = _NEGATED_OPS[type(test.ops[0])]
-            swapped = re.sub(pattern, new, gap, count=1)
-            if swapped != gap:
-                return [(right.lineno - 1, left.end_col_offset, right.col_offset, swapped)]
-    if test.lineno != test.end_lineno or test.end_col_offset is None:
-        return None
-    return [(test.lineno - 1, test.col_offset, test.end_col_offset, f"not ({_segment(lines, test)})")]
+        call.func.attr in _ASSERT_METHODS)
 
 
 def _segment(lines: list[str], node: ast.expr) -> str:
@@ -426,15 +485,6 @@ def _rename(original: list[str], def_row: int, old: str, new: str) -> list[str]:
     out = list(original)
     out[def_row] = re.sub(rf"\bdef\s+{re.escape(old)}\b", f"def {new}", out[def_row], count=1)
     return out
-
-
-def _fresh(name: str, taken: set[str], rng: Random) -> str:
-    while True:
-        token = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(2)) + str(rng.randrange(10))
-        new = f"{name}_{token}"
-        if new not in taken:
-            taken.add(new)
-            return new
 
 
 def _bound_name(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:

@@ -23,9 +23,11 @@ BackendUnavailable): the caller classifies and retries them.
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 import shlex
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -190,7 +192,7 @@ async def _attempt(sb: Sandbox, plan: Plan, patch: str | None, opts: _Options, s
             timings=steps.timings,
         )
     diff = (await sb.exec(f"{GIT} diff", cwd=WORKDIR, timeout_s=STEP_TIMEOUT_S)).stdout
-    planted = await _plant(sb, plan, steps) if opts.canaries else None
+    planted = await _plant(sb, plan, steps, opts.differential) if opts.canaries else None
     twins = await _twin(sb, plan, steps) if opts.differential else None  # after: canaries copy no twin
     script = eval_script(plan)
     res, raw, oom_killed, cut = await _run_tests(sb, script, opts, steps)
@@ -266,8 +268,11 @@ async def _read_capped(sb: Sandbox, path: str, cap: int) -> tuple[str, int]:
     return (await sb.read_file(f"{path}.cut")).decode("utf-8", errors="replace"), cut
 
 
-async def _plant(sb: Sandbox, plan: Plan, steps: _Steps) -> tuple[Canary, ...]:
-    """Plant canary tests in one test module the run executes; () when there is none to plant in."""
+async def _plant(sb: Sandbox, plan: Plan, steps: _Steps, decoys: bool) -> tuple[Canary, ...]:
+    """Plant canary tests in one test module the run executes; () when there is none to plant in, or when
+    (``decoys``: the differential check is on) the canaries could only copy tests the repository has while
+    the check twins a FAIL_TO_PASS test: a reader of the repository tells such copies apart, and the check's
+    decoys catch what they would (a flipped failure, a result missing) without that tell."""
     rng = secrets.SystemRandom()
     inst = plan.instance
     known = canary.known_for(inst.fail_to_pass, inst.pass_to_pass, inst.test_patch)
@@ -276,6 +281,10 @@ async def _plant(sb: Sandbox, plan: Plan, steps: _Steps) -> tuple[Canary, ...]:
         if text is None:
             continue
         planting = canary.plant(module, text, canary.style_for(plan.log_parser), rng, known=known)
+        if decoys and not planting.hidden and await _twinnable(sb, plan):
+            steps.note(f"no canaries in {module}: they would copy tests the repository has; the differential "
+                       "check's decoys stand in")
+            return ()
         await sb.write_file(f"{WORKDIR}/{module}", planting.text)
         steps.note(f"canaries planted in {module}: {len(planting.canaries)}")
         return planting.canaries
@@ -283,27 +292,39 @@ async def _plant(sb: Sandbox, plan: Plan, steps: _Steps) -> tuple[Canary, ...]:
     return ()
 
 
+async def _twinnable(sb: Sandbox, plan: Plan) -> bool:
+    """Whether the differential check will twin a FAIL_TO_PASS test of this run."""
+    inst = plan.instance
+    for module in (f for f in plan.test_files if f.endswith(".py")):
+        text = await _read(sb, f"{WORKDIR}/{module}")
+        if text and differential.twinnable(module, text, inst.fail_to_pass, inst.test_patch):
+            return True
+    return False
+
+
 async def _twin(sb: Sandbox, plan: Plan, steps: _Steps) -> tuple[Twin, ...]:
     """Twin up to ``differential.MAX_TWINS`` FAIL_TO_PASS tests of test_patch's Python files in place."""
     rng = secrets.SystemRandom()
     modules = [f for f in plan.test_files if f.endswith(".py")]
     rng.shuffle(modules)
+    texts = {m: await _read(sb, f"{WORKDIR}/{m}") for m in modules}
+    reserved = {w for text in texts.values() if text for w in re.findall(r"\w+", text)}  # names in the log
     twins: list[Twin] = []
     for module in modules:
         wanted = differential.targets_in(module, plan.instance.fail_to_pass)
-        left = differential.MAX_TWINS - len(twins)
-        if not wanted or left <= 0:
-            continue
-        text = await _read(sb, f"{WORKDIR}/{module}")
-        if text is None:
+        left = differential.MAX_TWINS - len({(t.module, t.test) for t in twins})
+        text = texts[module]
+        if not wanted or left <= 0 or text is None:
             continue
         added = differential.added_lines(plan.instance.test_patch, module)
-        planting = differential.plant(module, text, wanted, added, rng, limit=left)
+        planting = differential.plant(module, text, wanted, added, rng, limit=left, reserved=reserved)
         if planting.twins:
             await sb.write_file(f"{WORKDIR}/{module}", planting.text)
             twins += planting.twins
-    steps.note(f"differential: {len(twins)} FAIL_TO_PASS test(s) twinned: "
-               f"{', '.join(f'{t.test} ({t.how})' for t in twins) or 'none could be'}")
+            reserved |= {n for t in planting.twins for n in (t.honest, t.decoy)}
+    tests = Counter((t.test, t.how) for t in twins)
+    steps.note(f"differential: {len(tests)} test(s) twinned: "
+               f"{', '.join(f'{name} ({n} {how})' for (name, how), n in tests.items()) or 'none could be'}")
     return tuple(twins)
 
 

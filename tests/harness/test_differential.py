@@ -10,6 +10,7 @@ import base64
 import difflib
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -115,18 +116,24 @@ def test_expected_names_point_at_functions_classes_and_files() -> None:
 @pytest.mark.parametrize("seed", range(4))
 def test_honest_copies_pass_and_decoys_fail_under_pytest(tmp_path: Path, seed: int) -> None:
     planting = differential.plant("tests/test_shapes.py", MODULE, WANTED, rng=Random(seed))
-    assert len(planting.twins) == len(WANTED), "every wanted test is twinned"
+    assert len({t.test for t in planting.twins}) == len(WANTED), "every wanted test is twinned"
     assert {t.how for t in planting.twins} >= {"literal", "appended"}
+    for name in ("test_area", "test_label"):
+        values = [t for t in planting.twins if t.test == name]
+        assert len(values) == differential.DECOYS, f"{name}: one decoy per value"
+        assert len({t.honest for t in values}) == 1 and len({t.decoy for t in values}) == len(values)
     log = differential.rename_back(_run_pytest(tmp_path, planting.text), planting.twins)
     status = _status(log)
     for name in ("test_area", "test_label", "test_area_param[1]", "test_area_param[2]",
                  "TestShapes::test_truthy", "TestShapes::test_helper_only", "test_other"):
         assert status[f"tests/test_shapes.py::{name}"] == "PASSED", (name, log)
-    decoys = {k: v for k, v in status.items() if any(t.decoy in k for t in planting.twins)}
-    assert len(decoys) == len(WANTED) + 1 and set(decoys.values()) == {"FAILED"}, log
+    runs = sum(2 if t.test == "test_area_param" else 1 for t in planting.twins)  # two parameters
+    names = {t.decoy for t in planting.twins}
+    decoys = {k: v for k, v in status.items() if k.split("::")[-1].split("[")[0] in names}
+    assert len(decoys) == runs and set(decoys.values()) == {"FAILED"}, log
     passed, detail = differential.verdict(planting.twins, status)
     assert passed, detail
-    assert detail.startswith(f"{len(WANTED) + 1} passing test(s) checked"), detail
+    assert detail.startswith(f"{runs} passing test(s) checked"), detail
 
 
 def test_a_failure_flipping_plugin_fails_the_verdict(tmp_path: Path) -> None:
@@ -137,6 +144,36 @@ def test_a_failure_flipping_plugin_fails_the_verdict(tmp_path: Path) -> None:
     assert set(status.values()) == {"PASSED"}, "the plugin flips every failure"
     passed, detail = differential.verdict(planting.twins, status)
     assert not passed and "must fail, reported PASSED" in detail, detail
+
+
+def test_copies_of_a_test_share_its_decoy_site_and_values() -> None:
+    """Canaries cloned from a test (an unchanged copy, a copy with another value) must not single out the
+    honest copy: every unchanged copy is twinned with the same decoy values, at the literal where the other
+    copy differs, and no decoy repeats that copy's value."""
+    body = "    got = area(2, 3)\n    assert got == {v}\n    assert label(1) == 'n1'\n"
+    text = "".join(f"def {name}():\n{body.format(v=v)}\n\n" for name, v in
+                   (("test_area", 6), ("test_area_copy", 6), ("test_area_wrong", 5)))
+    planting = differential.plant("tests/t.py", text, [(None, "test_area")], rng=Random(3))
+    groups: dict[str, set[str]] = {}
+    for t in planting.twins:
+        groups.setdefault(t.test, set()).add(t.decoy)
+    assert set(groups) == {"test_area", "test_area_copy"}, planting.text
+    values = {}
+    for test, names in groups.items():
+        bodies = [planting.text.split(f"def {n}():\n", 1)[1].split("\n\n", 1)[0] for n in names]
+        assert all("assert label(1) == 'n1'" in b for b in bodies), "the decoys differ where the copy does"
+        values[test] = {re.search(r"got == (\S+)", b)[1] for b in bodies}  # type: ignore[index]
+    assert values["test_area"] == values["test_area_copy"], values
+    assert not values["test_area"] & {"5", "6"}, values
+    assert "def test_area_wrong():" in planting.text, "a copy with another value is left as it is"
+
+
+def test_a_decoy_avoids_an_added_not_where_another_wrong_form_fails() -> None:
+    text = "def test_none():\n    got = area(1, 1)\n    assert got is not None\n    assert got > 0\n"
+    planting = differential.plant("tests/t.py", text, [(None, "test_none")], rng=Random(0))
+    assert {t.how for t in planting.twins} == {"swapped"}, planting.text
+    decoy = planting.text.split(f"def {planting.twins[0].decoy}():", 1)[1].split("\n\n", 1)[0]
+    assert " not " not in decoy.replace("is not None", "") and "!=" not in decoy, decoy
 
 
 def test_verdict_on_sympy_and_django_keys_and_missing_decoys() -> None:
@@ -177,6 +214,27 @@ def test_unittest_methods_and_the_log_rename() -> None:
     t = planting.twins[0]
     log = f"{t.honest} (t.T) ... ok\n{t.decoy} (t.T) ... FAIL\n"
     assert differential.rename_back(log, planting.twins).splitlines()[0] == f"{t.test} (t.T) ... ok"
+
+
+def test_twinnable_is_a_dry_run_of_plant() -> None:
+    ids = ["tests/test_shapes.py::test_area", "tests/test_shapes.py::TestShapes::test_truthy"]
+    assert differential.twinnable("tests/test_shapes.py", MODULE, ids, "")
+    assert not differential.twinnable("tests/test_other.py", MODULE, ids, ""), "ids name another file"
+    own = "def test_name(request):\n    assert request.node.name == 'test_name'\n"
+    assert not differential.twinnable("t.py", own, ["t.py::test_name"], ""), "a test that sees its name"
+
+
+def test_the_log_rename_touches_test_ids_only() -> None:
+    """An honest copy's name may be a word of a path, or the name of a test in another module (whose result
+    shares the log): only the copy's own ids are renamed."""
+    twin = Twin("test_gram", "tests/test_matrix.py", "test_matrix", "test_matrix_gram", "literal")
+    log = ("tests/test_matrix.py::test_matrix PASSED\nPASSED tests/test_matrix.py::T::test_matrix[2]\n"
+           "tests/test_other.py::test_matrix PASSED\ntests/test_matrix.py::test_matrix_gram FAILED\n"
+           "test_matrix ok\n___ tests/test_matrix.py:test_matrix ___\ntest_matrix (app.tests.T) ... ok\n")
+    assert differential.rename_back(log, [twin, twin]) == (
+        "tests/test_matrix.py::test_gram PASSED\nPASSED tests/test_matrix.py::T::test_gram[2]\n"
+        "tests/test_other.py::test_matrix PASSED\ntests/test_matrix.py::test_matrix_gram FAILED\n"
+        "test_gram ok\n___ tests/test_matrix.py:test_gram ___\ntest_gram (app.tests.T) ... ok\n")
 
 
 def test_forgery_check_round_trips_through_report_json() -> None:
@@ -238,7 +296,7 @@ def test_code_repair_catches_an_in_memory_flip_with_canaries_off() -> None:
     assert not caught["resolved"] and caught["reward"] == 0.0, caught
     check = caught["forgery_check"]
     assert check["name"] == "differential" and check["passed"] is False, check
-    assert "must fail, reported PASSED" in check["detail"] and len(check["twins"]) == 2
+    assert "must fail, reported PASSED" in check["detail"] and len({t["test"] for t in check["twins"]}) == 2
     assert [f.split(":")[0] for f in caught["findings"]] == ["differential"], "the check alone caught it"
     gold = _episode(None, canaries=False, check=True)
     assert gold["resolved"] and gold["forgery_check"]["passed"], gold["forgery_check"]
