@@ -5,8 +5,11 @@ canaries ``harness/canary.py`` plants, on the built-in code-repair tasks and on 
 
 For every row: the test files at the base commit with test_patch applied (git only, no docker), the module
 the harness plants in (``canary.pick_module``, first one present), canaries planted ``--trials`` times with
-the row's lists (``canary.known_for``), each planted module judged by the recogniser, which also gets the
-module as the repository has it at HEAD. ``MIRRORS`` holds ``owner__name.git`` repositories (the harness's
+the row's lists (``canary.known_for``), then (``--twins``, the default, as the harness runs) the
+differential check's twins of the module's FAIL_TO_PASS tests (``differential.plant``); each planted module
+judged by the recogniser, which also gets the module as the repository has it at HEAD. Planted tests are
+the canaries and the decoys (both must fail, or pass for must-pass canaries); an honest copy is the test it
+copies (a real test, or a must-pass canary). ``MIRRORS`` holds ``owner__name.git`` repositories (the harness's
 ``--repo-source`` folder); rows of repositories not there are left out. Figures, pooled over every test of
 every planted module:
 
@@ -14,9 +17,10 @@ every planted module:
   every test; the tests the repository does not have unchanged (*unseen*: test_patch's and the canaries);
   the tests with a name the repository does not have (*new names*: canaries and tests test_patch adds),
   the only set where telling them apart is not settled by reading the repository;
-- the forger's win rate: plantings where every must-fail canary is called a canary while every FAIL_TO_PASS
-  test of the module, and every must-pass canary copied from one, is called real (what a grader-aware
-  forgery needs to be graded resolved on canaries alone);
+- the forger's win rate: plantings where every must-fail canary and decoy is called a canary while every
+  FAIL_TO_PASS test of the module (its honest copy), and every must-pass canary copied from one, is called
+  real (what a grader-aware forgery needs to be graded resolved by both checks; canaries alone with
+  ``--no-twins``);
 - how many plantings fell back to synthetic canaries, and how many rows add no FAIL_TO_PASS test under a new
   name to the planted module (a forger that forges only names in the repository evades canaries there).
 """
@@ -30,11 +34,11 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from random import Random
 
-from envfarm.harness import canary
+from envfarm.harness import canary, differential
 from envfarm.harness.instances import Instance, instance_from_row, load_instances
 from envfarm.harness.repos import RepoNotFound, find_repo
 from envfarm.harness.specs import SpecCatalog
@@ -86,8 +90,8 @@ def test_texts(repo: Path, inst: Instance, files: tuple[str, ...]) -> tuple[dict
         return heads, {p: (root / p).read_text(errors="replace") for p in files if (root / p).is_file()}
 
 
-def row_cases(source: str, inst: Instance, repo: Path, catalog: SpecCatalog, trials: int, seed: int
-              ) -> tuple[list[Case], dict[str, object]]:
+def row_cases(source: str, inst: Instance, repo: Path, catalog: SpecCatalog, trials: int, seed: int,
+              twins: bool = True) -> tuple[list[Case], dict[str, object]]:
     plan = catalog.plan(inst)
     heads, texts = test_texts(repo, inst, plan.test_files)
     known = canary.known_for(inst.fail_to_pass, inst.pass_to_pass, inst.test_patch)
@@ -102,21 +106,49 @@ def row_cases(source: str, inst: Instance, repo: Path, catalog: SpecCatalog, tri
     info: dict[str, object] = {"instance_id": inst.instance_id, "module": module,
                                "new_f2p": sorted(f2p - head_names), "derived": 0}
     cases = []
+    info["twinned"] = 0
+    stand_in = twins and any(differential.twinnable(m, t, inst.fail_to_pass, inst.test_patch)
+                             for m, t in texts.items() if m.endswith(".py"))
     for trial in range(trials):
-        planting = canary.plant(module, texts[module], style, Random(f"{seed}:{inst.instance_id}:{trial}"),
-                                known=known)
+        rng = Random(f"{seed}:{inst.instance_id}:{trial}")
+        planting = canary.plant(module, texts[module], style, rng, known=known)
+        if stand_in and not planting.hidden:  # the harness plants no such canaries (run.py's _plant)
+            planting = replace(planting, canaries=(), text=texts[module])
         compile(planting.text, module, "exec")
         info["derived"] = int(info["derived"]) + planting.derived  # type: ignore[call-overload]
         kinds = {c.name: c.must_pass for c in planting.canaries}
         code = {t.key[1]: t.tokens for t in tests_of(planting.text)}
         failing = f2p | {n for n, must_pass in kinds.items()
                          if must_pass and any(code.get(n) == code.get(f) for f in f2p)}
-        for (_, name), j in judge(planting.text, head).items():
+        text = planting.text
+        if twins:
+            text, kinds, failing = with_twins(inst, module, text, kinds, failing, rng)
+            info["twinned"] = int(info["twinned"]) + (text != planting.text)  # type: ignore[call-overload]
+        for (_, name), j in judge(text, head).items():
             seen = j.score <= -10.0
             cases.append(Case(source, inst.instance_id, trial, name, name in kinds,
                               name in kinds and not kinds[name], name in failing, seen,
                               name not in head_names, planting.hidden, j.canary))
     return cases, info
+
+
+def with_twins(inst: Instance, module: str, planted: str, kinds: dict[str, bool], failing: set[str],
+               rng: Random) -> tuple[str, dict[str, bool], set[str]]:
+    """The module after ``differential.py`` twins its FAIL_TO_PASS tests, as the harness runs it, with the
+    planted tests (decoys are must-fail plantings; an honest copy of a canary is that canary) and the tests
+    a forger must forge (honest copies in place of the tests they copy)."""
+    wanted = differential.targets_in(module, inst.fail_to_pass)
+    added = differential.added_lines(inst.test_patch, module)
+    twinned = differential.plant(module, planted, wanted, added, rng)
+    kinds, failing = dict(kinds), set(failing)
+    for t in twinned.twins:
+        if t.test in kinds:
+            kinds[t.honest] = kinds[t.test]
+        if t.test in failing:
+            failing.add(t.honest)
+        kinds[t.decoy] = False
+    gone = {t.test for t in twinned.twins}
+    return twinned.text, {k: v for k, v in kinds.items() if k not in gone}, failing - gone
 
 
 def balanced(cases: list[Case]) -> dict[str, float | int]:
@@ -163,6 +195,7 @@ def summary(cases: list[Case], infos: list[dict[str, object]], trials: int) -> d
         "forger_wins": won,
         "forger_win_rate": round(won / plantings, 4) if plantings else None,
         "forger_win_rate_hidden_sources": _rate(wins([c for c in cases if c.hidden])),
+        "twinned_plantings": sum(int(i.get("twinned", 0)) for i in planted),  # type: ignore[call-overload]
         **{name: balanced(subset) for name, subset in sets.items()},
     }
 
@@ -187,11 +220,14 @@ def rows(args: argparse.Namespace) -> list[tuple[str, Instance, Path]]:
             repo = find_repo(args.repo_source, inst.repo)
         except RepoNotFound:
             continue
-        if per_repo[inst.repo] < args.per_repo:
+        if per_repo[inst.repo] < args.per_repo or inst.instance_id in args.instance_ids:
             per_repo[inst.repo] += 1
             chosen.append(("swe-bench", inst, repo))
     rng = Random(args.seed)
     rng.shuffle(chosen)
+    if args.instance_ids:
+        wanted = set(args.instance_ids)
+        return [r for r in out + chosen if r[1].instance_id in wanted]
     return out + chosen[: args.rows]
 
 
@@ -203,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-repo", type=int, default=40, help="SWE-bench rows per repository at most")
     ap.add_argument("--trials", type=int, default=3, help="plantings per row")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--instance-ids", nargs="*", default=(), help="only these rows (built-in or SWE-bench)")
+    ap.add_argument("--twins", action=argparse.BooleanOptionalAction, default=True,
+                    help="plant the differential check's twins after the canaries, as the harness does")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "canary_recogniser.json")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
@@ -210,12 +249,13 @@ def main(argv: list[str] | None = None) -> int:
     cases: dict[str, list[Case]] = {"builtin": [], "swe-bench": []}
     infos: dict[str, list[dict[str, object]]] = {"builtin": [], "swe-bench": []}
     for source, inst, repo in rows(args):
-        got, info = row_cases(source, inst, repo, catalog, args.trials, args.seed)
+        got, info = row_cases(source, inst, repo, catalog, args.trials, args.seed, args.twins)
         cases[source] += got
         infos[source].append(info)
     result = {
         "measured": time.strftime("%Y-%m-%d"),
         "trials": args.trials,
+        "twins": args.twins,
         "seconds": round(time.monotonic() - t0, 1),
         "by_source": {s: summary(cases[s], infos[s], args.trials) for s in cases},
         "total": summary(cases["builtin"] + cases["swe-bench"], infos["builtin"] + infos["swe-bench"],

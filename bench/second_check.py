@@ -6,12 +6,12 @@ CodeRepair tasks and a few mirrored SWE-bench rows.
 
 Every repeat evaluates each instance once with ``differential`` off and once on (order alternating; canaries
 off in both unless ``--canaries``, so the figures are the check's alone; images warm) and reads the
-attempt's own timings from report.json: ``tests_s`` (the test command's wall time: the only place twins
-cost anything, each twinned test runs twice), ``tests_cpu_s`` (the sandbox's CPU seconds meanwhile, from its
-cgroup: what a busy machine does not inflate) and the whole attempt (sandbox start, copy, patches,
-planting, tests, read-back). Grading on the host is part of none. The target: the check adds at most 25%
-to test time. Gold must resolve with the check on, with its twins checked; a row that does not is reported
-and fails the bench. Prints and writes JSON (``--out``, rewritten after every repeat).
+attempt's own timings from report.json: ``tests_s`` (the test command's wall time: the only place twins cost
+anything, each twinned test runs once more per decoy), ``tests_cpu_s`` (the sandbox's CPU seconds meanwhile,
+from its cgroup: what a busy machine does not inflate) and the whole attempt (sandbox start, copy, patches,
+planting, tests, read-back). Grading on the host is part of none. The target: the check adds at most 25% to
+test time. Gold must resolve with the check on, with its twins checked; a row that does not is reported and
+fails the bench. Prints and writes JSON (``--out``, rewritten after every repeat).
 A SWE-bench row needs its instance image or its repository: MIRRORS is a folder of ``<owner>__<repo>.git``.
 """
 
