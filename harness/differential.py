@@ -53,6 +53,7 @@ from random import Random
 from .canary_clone import choose_value, is_literal, negating
 from .canary_place import group_names, vocabulary
 from .canary_sites import FLIPS, failure_sites, literal_site
+from .canary_types import Edit as SiteEdit
 
 NAME = "differential"
 MAX_TWINS = 8
@@ -147,7 +148,9 @@ def plant(module: str, text: str, wanted: Sequence[tuple[str | None, str]], adde
     for node in spots:
         if len(made) >= limit or id(node) in done or not _twinnable(node, lines):
             continue
-        decoys = _shared_decoys(node, funcs, lines, tree, rng) or _decoys(node, lines, tree, added_set, rng)
+        sites = failure_sites(node, lines, tree)  # type: ignore[arg-type]
+        decoys = _shared_decoys(node, funcs, lines, sites, tree, rng) or _decoys(node, lines, sites, tree,
+                                                                                 added_set, rng)
         if decoys is None:
             continue
         copies = [n for n in funcs if n is not node and id(n) not in done and _same_code(n, node, lines)]
@@ -343,27 +346,29 @@ def _twin(module: str, node: ast.FunctionDef | ast.AsyncFunctionDef,
 
 Edit = tuple[int, int, int, str]
 """(line index, start byte, end byte, new text): a splice into one line (UTF-8 byte columns, as ast gives)."""
+Site = tuple[SiteEdit, ...]
+"""A place ``canary_sites.failure_sites`` finds to make a test fail: its edits."""
 
 
 def _shared_decoys(node: ast.FunctionDef | ast.AsyncFunctionDef, funcs: Sequence[ast.AST], lines: list[str],
-                   tree: ast.Module, rng: Random) -> tuple[list[list[Edit]], str] | None:
+                   sites: Sequence[Site], tree: ast.Module, rng: Random
+                   ) -> tuple[list[list[Edit]], str] | None:
     """Decoys at the literal where the module's near copies of ``node`` (the canaries cloned from it) differ
     from it, with values none of them has: the honest copy, its decoys and those canaries then differ
     pairwise in that one value, so none of them sits at the centre of the others (a decoy elsewhere would
     be one edit from the honest copy and two from each canary, which singles the honest copy out)."""
-    sites: dict[int, tuple[ast.Constant, list[str]]] = {}
+    differing: dict[int, tuple[ast.Constant, list[str]]] = {}
     for other in funcs:
         if other is node:
             continue
         diffs = _constant_diffs(node, other)
         if diffs is not None and len(diffs) == 1:
             mine, theirs = diffs[0]
-            sites.setdefault(id(mine), (mine, []))[1].append(_segment(lines, theirs))
+            differing.setdefault(id(mine), (mine, []))[1].append(_segment(lines, theirs))
     # only where a canary's value may change: an expected literal (a differing input, as between two real
     # tests one constant apart, would give decoys that pass)
-    expected = {site[0][:2] for site in failure_sites(node, lines, tree)  # type: ignore[arg-type]
-                if is_literal(site, lines)}
-    ranked = sorted(sites.values(), key=lambda v: -len(v[1]))
+    expected = {site[0][:2] for site in sites if is_literal(site, lines)}
+    ranked = sorted(differing.values(), key=lambda v: -len(v[1]))
     for constant, used in ranked:
         site = literal_site(constant, lines)
         if site is None or site[:2] not in expected:
@@ -402,15 +407,14 @@ def _constant_diffs(a: ast.AST, b: ast.AST) -> list[tuple[ast.Constant, ast.Cons
     return out
 
 
-def _decoys(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], tree: ast.Module, added: set[str],
-            rng: Random) -> tuple[list[list[Edit]], str] | None:
+def _decoys(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], failing: Sequence[Site],
+            tree: ast.Module, added: set[str], rng: Random) -> tuple[list[list[Edit]], str] | None:
     """The decoys' edits (one list per decoy) and how they were made, at a place a must-fail canary could be
     made wrong (``canary_sites.failure_sites``): up to :data:`DECOYS` values of one expected literal (one on
     a line test_patch added first), else one other wrong form of an assertion (one without an added ``not``
     first: the member of a pair with the negated form is the copy to a reader), else one failing assertion
     appended."""
-    sites = [site for site in failure_sites(node, lines, tree)  # type: ignore[arg-type]
-             if all(e[0] == e[2] for e in site)]
+    sites = [site for site in failing if all(e[0] == e[2] for e in site)]
     literal = [site for site in sites if is_literal(site, lines)]
     # the last literal on a line test_patch added: the unfixed code is likeliest to fail there or before,
     # so that the honest copy and its decoys fail at one assertion alike (see Limits above)

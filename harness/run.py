@@ -192,8 +192,9 @@ async def _attempt(sb: Sandbox, plan: Plan, patch: str | None, opts: _Options, s
             timings=steps.timings,
         )
     diff = (await sb.exec(f"{GIT} diff", cwd=WORKDIR, timeout_s=STEP_TIMEOUT_S)).stdout
-    planted = await _plant(sb, plan, steps, opts.differential) if opts.canaries else None
-    twins = await _twin(sb, plan, steps) if opts.differential else None  # after: canaries copy no twin
+    texts = await _python_tests(sb, plan) if opts.differential else {}
+    planted = await _plant(sb, plan, steps, texts) if opts.canaries else None
+    twins = await _twin(sb, plan, steps, texts) if opts.differential else None  # after: canaries copy no twin
     script = eval_script(plan)
     res, raw, oom_killed, cut = await _run_tests(sb, script, opts, steps)
     test_log, neutralised = compose_log(differential.rename_back(raw, twins or ()), res, opts.timeout_s)
@@ -268,11 +269,12 @@ async def _read_capped(sb: Sandbox, path: str, cap: int) -> tuple[str, int]:
     return (await sb.read_file(f"{path}.cut")).decode("utf-8", errors="replace"), cut
 
 
-async def _plant(sb: Sandbox, plan: Plan, steps: _Steps, decoys: bool) -> tuple[Canary, ...]:
+async def _plant(sb: Sandbox, plan: Plan, steps: _Steps, texts: dict[str, str | None]) -> tuple[Canary, ...]:
     """Plant canary tests in one test module the run executes; () when there is none to plant in, or when
-    (``decoys``: the differential check is on) the canaries could only copy tests the repository has while
-    the check twins a FAIL_TO_PASS test: a reader of the repository tells such copies apart, and the check's
-    decoys catch what they would (a flipped failure, a result missing) without that tell."""
+    the canaries could only copy tests the repository has while the differential check twins a
+    FAIL_TO_PASS test: a reader of the repository tells such copies apart, and the check's decoys catch
+    what they would (a flipped failure, a result missing) without that tell. ``texts``: the Python test
+    files the check reads (empty when it is off), kept current here."""
     rng = secrets.SystemRandom()
     inst = plan.instance
     known = canary.known_for(inst.fail_to_pass, inst.pass_to_pass, inst.test_patch)
@@ -281,33 +283,36 @@ async def _plant(sb: Sandbox, plan: Plan, steps: _Steps, decoys: bool) -> tuple[
         if text is None:
             continue
         planting = canary.plant(module, text, canary.style_for(plan.log_parser), rng, known=known)
-        if decoys and not planting.hidden and await _twinnable(sb, plan):
+        if not planting.hidden and _twinnable(plan, texts):
             steps.note(f"no canaries in {module}: they would copy tests the repository has; the differential "
                        "check's decoys stand in")
             return ()
         await sb.write_file(f"{WORKDIR}/{module}", planting.text)
+        if module in texts:
+            texts[module] = planting.text
         steps.note(f"canaries planted in {module}: {len(planting.canaries)}")
         return planting.canaries
     steps.note("no test module to plant canaries in: results are checked for completeness only")
     return ()
 
 
-async def _twinnable(sb: Sandbox, plan: Plan) -> bool:
+async def _python_tests(sb: Sandbox, plan: Plan) -> dict[str, str | None]:
+    """The text of each Python file of test_patch (None where it cannot be read)."""
+    return {m: await _read(sb, f"{WORKDIR}/{m}") for m in plan.test_files if m.endswith(".py")}
+
+
+def _twinnable(plan: Plan, texts: dict[str, str | None]) -> bool:
     """Whether the differential check will twin a FAIL_TO_PASS test of this run."""
     inst = plan.instance
-    for module in (f for f in plan.test_files if f.endswith(".py")):
-        text = await _read(sb, f"{WORKDIR}/{module}")
-        if text and differential.twinnable(module, text, inst.fail_to_pass, inst.test_patch):
-            return True
-    return False
+    return any(text and differential.twinnable(module, text, inst.fail_to_pass, inst.test_patch)
+               for module, text in texts.items())
 
 
-async def _twin(sb: Sandbox, plan: Plan, steps: _Steps) -> tuple[Twin, ...]:
+async def _twin(sb: Sandbox, plan: Plan, steps: _Steps, texts: dict[str, str | None]) -> tuple[Twin, ...]:
     """Twin up to ``differential.MAX_TWINS`` FAIL_TO_PASS tests of test_patch's Python files in place."""
     rng = secrets.SystemRandom()
-    modules = [f for f in plan.test_files if f.endswith(".py")]
+    modules = list(texts)
     rng.shuffle(modules)
-    texts = {m: await _read(sb, f"{WORKDIR}/{m}") for m in modules}
     reserved = {w for text in texts.values() if text for w in re.findall(r"\w+", text)}  # names in the log
     twins: list[Twin] = []
     for module in modules:

@@ -174,7 +174,7 @@ def recipes_command(
     links = tuple(find_links or ())
     found = [infer(parse_spec(text), home.home() / "sdists", links, table) for text in check]
     if as_json:
-        print(json.dumps([_inferred_json(f) for f in found], indent=2))
+        typer.echo(json.dumps([_inferred_json(f) for f in found], indent=2))
         return
     for f in found:
         _print_inferred(f)
