@@ -292,6 +292,18 @@ def choose_value(e: Edit, lines: list[str], node: ast.FunctionDef, tree: ast.Mod
     return (line, c1, line2, c2, _spell(new, text))
 
 
+def used_alike(e: Edit, spelled: str, node: ast.FunctionDef) -> bool:
+    """Whether ``spelled``, a new value for literal site ``e`` of test ``node``, is used elsewhere in the
+    test exactly when the old value is: a reader of a copy and its original compares the two, and a value
+    only the copy's site has marks the copy."""
+    try:
+        old, new = ast.literal_eval(e[4]), ast.literal_eval(spelled)
+    except (SyntaxError, ValueError):
+        return True
+    in_test = _literals_all(node)
+    return min(_count(in_test, old) - 1, 1) == min(_count(in_test, new), 1)
+
+
 def _candidates(e: Edit, lines: list[str], node: ast.FunctionDef, tree: ast.Module, rng: Random
                 ) -> list[tuple[int, str]]:
     """New values for a literal site, best first, each with how much it differs from the old one to a

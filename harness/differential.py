@@ -50,7 +50,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from random import Random
 
-from .canary_clone import choose_value, is_literal, negating
+from .canary_clone import choose_value, is_literal, negating, used_alike
 from .canary_place import group_names, vocabulary
 from .canary_sites import FLIPS, failure_sites, literal_site
 from .canary_types import Edit as SiteEdit
@@ -376,10 +376,18 @@ def _shared_decoys(node: ast.FunctionDef | ast.AsyncFunctionDef, funcs: Sequence
         taken = [site[4], *used]
         for _ in range(DECOYS):
             choose_value(site, lines, node, tree, rng, taken)  # type: ignore[arg-type]
-        values = [v for v in dict.fromkeys(taken[len(used) + 1:]) if v not in used and v != site[4]]
+        values = _alike(site, [v for v in dict.fromkeys(taken[len(used) + 1:])
+                               if v not in used and v != site[4]], node)
         if values:
             return [[(site[0] - 1, site[1], site[3], v)] for v in values], "literal"
     return None
+
+
+def _alike(site: SiteEdit, values: list[str], node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """The decoy values used elsewhere in the test exactly when the honest one is (``used_alike``), or the
+    first value when none is: a decoy a reader tells by that gives a forger nothing (it is dropped from the
+    guess) while it marks itself a decoy, so it is planted only where no other can be."""
+    return [v for v in values if used_alike(site, v, node)] or values[:1]  # type: ignore[arg-type]
 
 
 def _constant_diffs(a: ast.AST, b: ast.AST) -> list[tuple[ast.Constant, ast.Constant]] | None:
@@ -423,7 +431,7 @@ def _decoys(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], fail
         taken = [edit[4]]
         for _ in range(DECOYS):
             choose_value(edit, lines, node, tree, rng, taken)  # type: ignore[arg-type]
-        values = [v for v in dict.fromkeys(taken[1:]) if v != edit[4]]
+        values = _alike(edit, [v for v in dict.fromkeys(taken[1:]) if v != edit[4]], node)
         if values:
             return [[(edit[0] - 1, edit[1], edit[3], v)] for v in values], "literal"
     others = [site for site in sites if not negating(site, lines)]

@@ -176,6 +176,18 @@ def test_a_decoy_avoids_an_added_not_where_another_wrong_form_fails() -> None:
     assert " not " not in decoy.replace("is not None", "") and "!=" not in decoy, decoy
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_a_decoy_value_is_used_elsewhere_in_the_test_as_the_honest_one_is(seed: int) -> None:
+    """A reader compares a copy's value with its original's: the honest 3 is also the test's input, so each
+    decoy value is one the test uses elsewhere too (4, 7), never one only the decoy's site has."""
+    text = "def test_add():\n    got = add(3, 4, 7)\n    assert got.first == 3\n"
+    planting = differential.plant("tests/t.py", text, [(None, "test_add")], rng=Random(seed))
+    assert planting.twins, planting.text
+    for t in planting.twins:
+        decoy = planting.text.split(f"def {t.decoy}():", 1)[1].split("\n\n", 1)[0]
+        assert re.search(r"got.first == ([0-9]+)", decoy)[1] in {"4", "7"}, decoy  # type: ignore[index]
+
+
 def test_verdict_on_sympy_and_django_keys_and_missing_decoys() -> None:
     twin = Twin("test_sqrt", "sympy/core/tests/test_power.py", "test_sqrt_ab1", "test_sqrt_cd2", "negated")
     honest_only = {"test_sqrt": "PASSED"}
