@@ -14,7 +14,8 @@ one assertion changed, under new names). Its decision, per test of the module:
    is the negated form; its literal is used nowhere else in the test or the module while its twin's is; its
    name has fewer words from its own body; it comes second; and (``strong``, the default) in a group of three
    or more its name is the farthest from the others' (copies are named by editing the original's name), and
-   a run of tokens it adds occurs twice in it (a repeated list element);
+   a run of tokens it adds occurs twice in it (a repeated list element); a test that is its twin with
+   one statement appended is the copy (``strong`` counts such pairs as twins);
 4. a synthetic fallback canary (``canary_synth.py``: word-list name, literal arithmetic) is a canary.
 
 ``judge`` returns a :class:`Judgement` per test; ``bench/canary_recogniser.py`` measures how often it is
@@ -39,6 +40,8 @@ NAME_SPREAD = 2.0
 a group of three or more the original's name tends to be the one nearest to all the others."""
 REPEAT = 1.0
 """Weight of a run of tokens only one twin has that occurs twice in it (a list element repeated)."""
+APPENDED = 2.0
+"""Weight of one statement more at the end than a twin (an appended assertion made to fail)."""
 SYNTH_NAME = re.compile(r"^test_[a-z]+_[a-z]+_[0-9]+$")
 """Names of synthetic canaries (``canary_synth.py``): two words and a number."""
 
@@ -123,6 +126,7 @@ def _direction(t: Test, u: Test, module: str) -> float:
     own = [w for w in t.key[1].lower().split("_")[1:] if w]
     score += 0.3 * (sum(w in words for w in own) / len(own) if own else 0.0)
     score += 0.1 if t.index > u.index else 0.0
+    score += APPENDED if _appended(t, u) else 0.0
     return score
 
 
@@ -136,6 +140,8 @@ def _one_statement_apart(t: Test, u: Test) -> bool:
     if _few_tokens_apart(t, u):
         return True
     a, b = t.statements, u.statements
+    if _appended(t, u) or _appended(u, t):
+        return True
     if len(a) != len(b):
         return False
     apart = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
@@ -143,6 +149,11 @@ def _one_statement_apart(t: Test, u: Test) -> bool:
         return False
     i = apart[0]
     return _distance(tokens(t.node.body[i]), tokens(u.node.body[i])) <= 2 * TWIN_TOKENS
+
+
+def _appended(t: Test, u: Test) -> bool:
+    """``t`` is ``u`` with one statement more at the end (the differential check's last-resort decoy)."""
+    return len(t.statements) == len(u.statements) + 1 and t.statements[:-1] == u.statements
 
 
 def _repeats(t: Test, u: Test) -> int:

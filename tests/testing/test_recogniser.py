@@ -122,6 +122,16 @@ def test_the_strong_rule_pairs_forms_the_compact_rule_misses() -> None:
     assert not any(j.canary for j in compact.values())
 
 
+def test_a_copy_with_an_appended_assertion_is_the_copy() -> None:
+    """The differential check's last-resort decoy (the test with a failing assertion appended) is twinned
+    with its original by the strong rule and called the canary, whichever comes first."""
+    first = "def test_area():\n    got = area(2, 3)\n    assert got == 6\n"
+    second = first.replace("test_area", "test_area_sum") + "    assert not isinstance(got, object)\n"
+    for text in (first + "\n\n" + second, second + "\n\n" + first):
+        called = {name: j.canary for (_, name), j in judge(text, None).items()}
+        assert called == {"test_area": False, "test_area_sum": True}, text
+
+
 def test_names_of_a_group_are_edits_along_a_uniform_random_tree() -> None:
     """In a group of three, the original is the middle of the chain as often as either copy (a third of the
     time), so the name nearest to the others does not name the original."""
