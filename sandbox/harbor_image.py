@@ -47,7 +47,7 @@ from pathlib import Path
 from docker.errors import DockerException
 
 from envfarm import config
-from envfarm.errors import HarborImageError, ImageBuildError, tail
+from envfarm.errors import BackendUnavailable, HarborImageError, ImageBuildError, tail
 
 from . import dockerutil, imagebuild, images, rootfs
 from .dockerfile import BUILD_FAILED, Translation, translate_file
@@ -195,8 +195,8 @@ def _build(task_dir: Path, name: str, t: Translation, force: bool, progress: Pro
     start = time.monotonic()
     base = images.build_base(progress=progress, suite=t.base.suite)
     if base.image_id is None:
-        raise ImageBuildError(f"{dockerutil.NO_DAEMON} (needed to build the image of {name}); "
-                              f"{dockerutil.FIX}")
+        raise BackendUnavailable(f"{dockerutil.NO_DAEMON} (needed to build the image of {name})",
+                                 dockerutil.FIX)
     recipe = base_for_suite(t.base.suite)
     below = ensure_apt_layer(base.tag, base.hash, t.apt_packages, progress) if t.apt_packages else base.tag
     digest = content_hash(task_dir / "environment", extra=f"{BUILDER_VERSION}\0{below}\0{render(t, tools)}")

@@ -51,7 +51,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from envfarm.errors import ConfigError, FarmError, HarborTaskError, InfraError
+from envfarm.errors import BackendUnavailable, ConfigError, FarmError, HarborTaskError, InfraError
 from envfarm.sandbox import DEFAULT_BACKEND
 
 from .defects import DEFECTS, task_defect
@@ -193,9 +193,12 @@ async def validate_tasks(config: ValidateConfig, progress: ProgressFn | None = N
         if progress:
             progress(Event(folder.name, "done", row))
 
-    async with asyncio.TaskGroup() as group:
-        for f in order:
-            group.create_task(one(f))
+    try:
+        async with asyncio.TaskGroup() as group:
+            for f in order:
+                group.create_task(one(f))
+    except* BackendUnavailable as caught:  # the machine, not a task: stop, record no row for it
+        raise caught.exceptions[0] from None
     rows = tuple(rows_by[f] for f in folders)
     paths = await asyncio.to_thread(write_reports, config.report_dir, config.run_id, rows, sample)
     return Validation(config.run_id, rows, *paths, sample=sample)
@@ -232,7 +235,8 @@ def load_failure(error: HarborTaskError) -> tuple[str, str]:
 async def validate_one(task: Any, config: ValidateConfig, progress: ProgressFn | None = None,
                        janitor: Janitor | None = None) -> TaskRow:
     """Build ``task``'s image, run its oracle (``config.repeat`` times) and a no-op agent; never raises for
-    what the task does (a failure is the row's reason). ``janitor``: builds go through it
+    what the task does (a failure is the row's reason), raises BackendUnavailable for what the machine
+    lacks (no row is written for it). ``janitor``: builds go through it
     (``--prune-images``)."""
     from envfarm.sandbox.harbor_image import ensure_task_image
 
@@ -250,11 +254,15 @@ async def validate_one(task: Any, config: ValidateConfig, progress: ProgressFn |
     try:
         image = (await janitor.build(task.path) if janitor is not None
                  else await asyncio.to_thread(ensure_task_image, task.path))
+    except BackendUnavailable:
+        raise
     except FarmError as e:
         return row(False, getattr(e, "reason", None) or "build-failed", error_detail(str(e)))
     runs = _Runs()
     try:
         await _run_agents(task, config, runs, progress, image)
+    except BackendUnavailable:
+        raise
     except (InfraError, FarmError, TimeoutError) as e:
         why = "timeout" if isinstance(e, TimeoutError) else "unknown"
         return row(True, why, f"{type(e).__name__}: {_first_lines(str(e))}", runs, image.python)

@@ -265,3 +265,26 @@ def test_the_command_validates_a_sample_of_one(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "r" / "validate.json").read_text())
     assert data["sample"] == {"n": 1, "seed": 0, "of": 2}
     assert [(r["oracle_reward"], r["noop_reward"]) for r in data["rows"]] == [(1.0, 0.0)]
+
+
+def test_a_daemon_that_does_not_answer_stops_the_run_and_writes_no_row(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The machine's fault is not the task's: no ``build-failed`` row is recorded (a resumed run would
+    keep it), the run stops with the typed error that says to run ``make setup``."""
+    from harbor_tasks import write_task
+
+    from envfarm.envs.harbor.validate import validate_tasks
+    from envfarm.errors import BackendUnavailable
+    from envfarm.sandbox import dockerutil
+
+    tasks = tmp_path / "tasks"
+    write_task(tasks, "good")
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
+    dockerutil.reset()  # the client cached by earlier tests talks to the real daemon
+    config = ValidateConfig(tasks=tasks, report_dir=tmp_path / "r", run_id="t", max_workers=1)
+    try:
+        with pytest.raises(BackendUnavailable, match="make setup"):
+            asyncio.run(validate_tasks(config))
+    finally:
+        dockerutil.reset()
+    assert not list((tmp_path / "r" / "runs" / "t").glob("*.json"))
