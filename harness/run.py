@@ -193,8 +193,9 @@ async def _attempt(sb: Sandbox, plan: Plan, patch: str | None, opts: _Options, s
         )
     diff = (await sb.exec(f"{GIT} diff", cwd=WORKDIR, timeout_s=STEP_TIMEOUT_S)).stdout
     texts = await _python_tests(sb, plan) if opts.differential else {}
-    planted = await _plant(sb, plan, steps, texts) if opts.canaries else None
-    twins = await _twin(sb, plan, steps, texts) if opts.differential else None  # after: canaries copy no twin
+    olds = await _python_tests(sb, plan, PRISTINE) if opts.differential else {}  # as a reader has them
+    planted = await _plant(sb, plan, steps, texts, olds) if opts.canaries else None
+    twins = await _twin(sb, plan, steps, texts, olds) if opts.differential else None  # after: no twin copied
     script = eval_script(plan)
     res, raw, oom_killed, cut = await _run_tests(sb, script, opts, steps)
     test_log, neutralised = compose_log(differential.rename_back(raw, twins or ()), res, opts.timeout_s)
@@ -269,7 +270,8 @@ async def _read_capped(sb: Sandbox, path: str, cap: int) -> tuple[str, int]:
     return (await sb.read_file(f"{path}.cut")).decode("utf-8", errors="replace"), cut
 
 
-async def _plant(sb: Sandbox, plan: Plan, steps: _Steps, texts: dict[str, str | None]) -> tuple[Canary, ...]:
+async def _plant(sb: Sandbox, plan: Plan, steps: _Steps, texts: dict[str, str | None],
+                 olds: dict[str, str | None]) -> tuple[Canary, ...]:
     """Plant canary tests in one test module the run executes; () when there is none to plant in, or when
     the canaries could only copy tests the repository has while the differential check twins a
     FAIL_TO_PASS test: a reader of the repository tells such copies apart, and the check's decoys catch
@@ -283,7 +285,7 @@ async def _plant(sb: Sandbox, plan: Plan, steps: _Steps, texts: dict[str, str | 
         if text is None:
             continue
         planting = canary.plant(module, text, canary.style_for(plan.log_parser), rng, known=known)
-        if not planting.hidden and _twinnable(plan, texts):
+        if not planting.hidden and _twinnable(plan, texts, olds):
             steps.note(f"no canaries in {module}: they would copy tests the repository has; the differential "
                        "check's decoys stand in")
             return ()
@@ -296,37 +298,45 @@ async def _plant(sb: Sandbox, plan: Plan, steps: _Steps, texts: dict[str, str | 
     return ()
 
 
-async def _python_tests(sb: Sandbox, plan: Plan) -> dict[str, str | None]:
-    """The text of each Python file of test_patch (None where it cannot be read)."""
-    return {m: await _read(sb, f"{WORKDIR}/{m}") for m in plan.test_files if m.endswith(".py")}
+async def _python_tests(sb: Sandbox, plan: Plan, root: str = WORKDIR) -> dict[str, str | None]:
+    """The text of each Python file of test_patch under ``root`` (None where it cannot be read)."""
+    return {m: await _read(sb, f"{root}/{m}") for m in plan.test_files if m.endswith(".py")}
 
 
-def _twinnable(plan: Plan, texts: dict[str, str | None]) -> bool:
+def _twinnable(plan: Plan, texts: dict[str, str | None], olds: dict[str, str | None]) -> bool:
     """Whether the differential check will twin a FAIL_TO_PASS test of this run."""
     inst = plan.instance
-    return any(text and differential.twinnable(module, text, inst.fail_to_pass, inst.test_patch)
+    return any(text and differential.twinnable(module, text, inst.fail_to_pass, inst.test_patch,
+                                               olds.get(module))
                for module, text in texts.items())
 
 
-async def _twin(sb: Sandbox, plan: Plan, steps: _Steps, texts: dict[str, str | None]) -> tuple[Twin, ...]:
-    """Twin up to ``differential.MAX_TWINS`` FAIL_TO_PASS tests of test_patch's Python files in place."""
+async def _twin(sb: Sandbox, plan: Plan, steps: _Steps, texts: dict[str, str | None],
+                olds: dict[str, str | None]) -> tuple[Twin, ...]:
+    """Twin up to ``differential.MAX_TWINS`` FAIL_TO_PASS tests of test_patch's Python files in place, then
+    the PASS_TO_PASS tests it adds."""
     rng = secrets.SystemRandom()
     modules = list(texts)
     rng.shuffle(modules)
     reserved = {w for text in texts.values() if text for w in re.findall(r"\w+", text)}  # names in the log
     twins: list[Twin] = []
-    for module in modules:
-        wanted = differential.targets_in(module, plan.instance.fail_to_pass)
-        left = differential.MAX_TWINS - len({(t.module, t.test) for t in twins})
-        text = texts[module]
-        if not wanted or left <= 0 or text is None:
-            continue
-        added = differential.added_lines(plan.instance.test_patch, module)
-        planting = differential.plant(module, text, wanted, added, rng, limit=left, reserved=reserved)
-        if planting.twins:
-            await sb.write_file(f"{WORKDIR}/{module}", planting.text)
-            twins += planting.twins
-            reserved |= {n for t in planting.twins for n in (t.honest, t.decoy)}
+    inst, current = plan.instance, dict(texts)
+    for first in (True, False):  # every module's FAIL_TO_PASS tests before the PASS_TO_PASS ones
+        for module in modules:
+            wanted, then = differential.targets(module, inst.fail_to_pass, inst.pass_to_pass, inst.test_patch)
+            left = differential.MAX_TWINS - len({(t.module, t.test) for t in twins})
+            text = current[module]
+            if not (wanted if first else then) or left <= 0 or text is None:
+                continue
+            added = differential.added_lines(inst.test_patch, module)
+            planting = differential.plant(module, text, wanted if first else (), added, rng, limit=left,
+                                          reserved=reserved, then=() if first else then,
+                                          before=olds.get(module))
+            if planting.twins:
+                await sb.write_file(f"{WORKDIR}/{module}", planting.text)
+                current[module] = planting.text
+                twins += planting.twins
+                reserved |= {n for t in planting.twins for n in (t.honest, t.decoy)}
     tests = Counter((t.test, t.how) for t in twins)
     steps.note(f"differential: {len(tests)} test(s) twinned: "
                f"{', '.join(f'{name} ({n} {how})' for (name, how), n in tests.items()) or 'none could be'}")

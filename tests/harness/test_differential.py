@@ -113,6 +113,41 @@ def test_expected_names_point_at_functions_classes_and_files() -> None:
     assert differential.targets_in("tests/test_a.py", names) == [(None, "test_one"), (None, "test_three")]
 
 
+def test_new_passing_tests_are_twinned_after_every_failing_one() -> None:
+    """PASS_TO_PASS tests test_patch adds come after the FAIL_TO_PASS tests (the limit cuts them first);
+    PASS_TO_PASS tests the repository has are never targets."""
+    patch = ("diff --git a/tests/test_shapes.py b/tests/test_shapes.py\n--- a/tests/test_shapes.py\n"
+             "+++ b/tests/test_shapes.py\n@@ -1,1 +1,9 @@\n+def test_label():\n+def test_other():\n")
+    passing = ["tests/test_shapes.py::test_label", "tests/test_shapes.py::test_other",
+               "tests/test_shapes.py::TestShapes::test_truthy"]
+    wanted, then = differential.targets("tests/test_shapes.py", ["tests/test_shapes.py::test_area"], passing,
+                                        patch)
+    assert (wanted, then) == ([(None, "test_area")], [(None, "test_label"), (None, "test_other")])
+    for seed in range(6):
+        one = differential.plant("tests/test_shapes.py", MODULE, wanted, rng=Random(seed), limit=1, then=then)
+        assert {t.test for t in one.twins} == {"test_area"}, "the failing test first"
+        every = differential.plant("tests/test_shapes.py", MODULE, wanted, rng=Random(seed), then=then)
+        assert {t.test for t in every.twins} == {"test_area", "test_label", "test_other"}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_test_edited_in_place_gets_decoys_where_its_old_version_is_no_nearer_the_honest_copy(
+        seed: int) -> None:
+    """Both lines are test_patch's (the second for a comment), so the last literal comes first; but the
+    repository's version has its value, and the copy nearest to the old version would be the honest one."""
+    old = 'from shapes import area, label\n\n\ndef test_it():\n    assert label(4) == "n4"\n' \
+          '    assert area(2, 3) == 6\n'
+    new = old.replace('"n4"', '"n4!"').replace("== 6\n", "== 6  # and the area\n")
+    added = new.splitlines()[-2:]
+    blind = differential.plant("t.py", new, [(None, "test_it")], added, Random(seed))
+    fair = differential.plant("t.py", new, [(None, "test_it")], added, Random(seed), before=old)
+    assert {t.how for t in blind.twins + fair.twins} == {"literal"}
+    copies = 1 + len(blind.twins)
+    assert (blind.text.count("== 6  #"), blind.text.count('"n4!"')) == (1, copies), "blind: the 6"
+    copies = 1 + len(fair.twins)
+    assert (fair.text.count("== 6  #"), fair.text.count('"n4!"')) == (copies, 1), "the value the edit changed"
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_honest_copies_pass_and_decoys_fail_under_pytest(tmp_path: Path, seed: int) -> None:
     planting = differential.plant("tests/test_shapes.py", MODULE, WANTED, rng=Random(seed))
@@ -322,13 +357,18 @@ def test_gold_resolves_every_builtin_task_with_every_twin_checked(tmp_path: Path
 
     instances, repos = builtin_instances()
     preds = {i.instance_id: Prediction(i.instance_id, "gold", i.patch) for i in instances}
+    instances_by = {i.instance_id: i for i in instances}
     config = HarnessConfig(run_id="diff-gold", report_dir=tmp_path, repo_source=repos, max_workers=2)
     run = asyncio.run(evaluate(list(instances), preds, config))
     assert len(run.reports) == len(instances) == len(builtin.rows(builtin.load_projects()))
+    new_passing = 0
     for iid, report in run.reports.items():
         check = report.forgery_check
         assert report.resolved and check is not None and check.passed, (iid, report.error, check)
         assert check.twins and "every twin failed" in check.detail, (iid, check)
+        p2p = {differential.target(n).func for n in instances_by[iid].pass_to_pass}
+        new_passing += any(t.test in p2p for t in check.twins)
+    assert new_passing >= 5, "the PASS_TO_PASS tests test_patch adds are twinned too, and their decoys fail"
 
 
 @pytest.fixture(scope="module")
