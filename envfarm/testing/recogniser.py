@@ -15,7 +15,9 @@ one assertion changed, under new names). Its decision, per test of the module:
    name has fewer words from its own body; it comes second; and (``strong``, the default) in a group of three
    or more its name is the farthest from the others' (copies are named by editing the original's name), and
    a run of tokens it adds occurs twice in it (a repeated list element); a test that is its twin with
-   one statement appended is the copy (``strong`` counts such pairs as twins);
+   one statement appended is the copy (``strong`` counts such pairs as twins); and (``strong``) of the tests
+   with new names, the one alone nearest to the repository's version of a test the module no longer has
+   (edited in place by test_patch, then replaced by copies under new names) is its honest copy;
 4. a synthetic fallback canary (``canary_synth.py``: word-list name, literal arithmetic) is a canary.
 
 ``judge`` returns a :class:`Judgement` per test; ``bench/canary_recogniser.py`` measures how often it is
@@ -31,6 +33,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from envfarm.harness.differential import token_distance, tokens
+
 TWIN_TOKENS = 3
 """Most AST tokens a twin may differ by (a literal: 1; ``is``/``is not``: 1; an added ``not``: 2)."""
 NEGATED = frozenset({"NotEq", "IsNot", "NotIn", "Not", "assertFalse", "assertIsNotNone", "assertNotIn",
@@ -42,6 +46,10 @@ REPEAT = 1.0
 """Weight of a run of tokens only one twin has that occurs twice in it (a list element repeated)."""
 APPENDED = 2.0
 """Weight of one statement more at the end than a twin (an appended assertion made to fail)."""
+OLD_VERSION = 3.0
+"""Weight of being the one copy nearest to the repository's version of a test the module no longer has."""
+OLD_SPREAD = 12
+"""Fewest tokens a test may differ by from the repository's version of it and still be compared with it."""
 SYNTH_NAME = re.compile(r"^test_[a-z]+_[a-z]+_[0-9]+$")
 """Names of synthetic canaries (``canary_synth.py``): two words and a number."""
 
@@ -87,6 +95,8 @@ def judge(planted: str, head: str | None, strong: bool = True) -> dict[Key, Judg
         for t in tests:
             lean[t.key] += sum(NAME_SPREAD * _name_distance(t, u) + REPEAT * (_repeats(t, u) - _repeats(u, t))
                                for u in twins[t.key])
+        for key in _nearest_to_old(tests, tests_of(head or ""), seen_names):
+            lean[key] -= OLD_VERSION
     return {t.key: _judge_one(t, twins[t.key], lean, seen, seen_names) for t in tests}
 
 
@@ -128,6 +138,27 @@ def _direction(t: Test, u: Test, module: str) -> float:
     score += 0.1 if t.index > u.index else 0.0
     score += APPENDED if _appended(t, u) else 0.0
     return score
+
+
+def _nearest_to_old(tests: Sequence[Test], old: Sequence[Test], seen_names: set[str]) -> list[Key]:
+    """Tests with a new name that are, alone, the nearest to a test of the repository whose name the module
+    no longer has (a test edited in place and replaced by copies under new names: the honest copy is its
+    old version plus test_patch's edit, a decoy one edit more, unless the edit is where the decoys are)."""
+    names = {t.key[1] for t in tests}
+    out = []
+    for h in old:
+        if h.key[1] in names:
+            continue
+        bound = max(OLD_SPREAD, len(h.tokens) // 4)
+        near = [(token_distance(h.tokens, t.tokens), t.key) for t in tests
+                if t.key[0] == h.key[0] and t.key[1] not in seen_names
+                and abs(len(t.tokens) - len(h.tokens)) <= bound]
+        near = [(d, key) for d, key in near if d <= bound]
+        best = min((d for d, _ in near), default=None)
+        top = [key for d, key in near if d == best]
+        if len(top) == 1:
+            out.append(top[0])
+    return out
 
 
 def _few_tokens_apart(t: Test, u: Test) -> bool:
@@ -191,10 +222,7 @@ def _differing(a: tuple[str, ...], b: tuple[str, ...]) -> list[str]:
 def _distance(a: tuple[str, ...], b: tuple[str, ...]) -> int:
     if abs(len(a) - len(b)) > TWIN_TOKENS:
         return TWIN_TOKENS + 1
-    if a == b:
-        return 0
-    matched = sum(m.size for m in difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks())
-    return max(len(a), len(b)) - matched
+    return token_distance(a, b)
 
 
 def tests_of(text: str) -> list[Test]:
@@ -215,31 +243,6 @@ def tests_of(text: str) -> list[Test]:
 
 def _statements(node: ast.FunctionDef) -> tuple[int, ...]:
     return tuple(hash(tokens(x)) for x in node.body)
-
-
-def tokens(node: ast.AST) -> tuple[str, ...]:
-    """The function's AST as a flat token sequence, its own name left out: node types, ``#`` identifiers,
-    ``=`` literal values (repr)."""
-    out: list[str] = []
-
-    def walk(n: object) -> None:
-        if isinstance(n, ast.AST):
-            out.append(type(n).__name__)
-            for field, value in ast.iter_fields(n):
-                if n is node and field == "name":
-                    continue
-                if isinstance(n, ast.Constant) and field == "value":
-                    out.append("=" + repr(value))
-                elif isinstance(value, str):
-                    out.append("#" + value)
-                else:
-                    walk(value)
-        elif isinstance(n, list):
-            for x in n:
-                walk(x)
-
-    walk(node)
-    return tuple(out)
 
 
 def _arithmetic_only(node: ast.FunctionDef) -> bool:

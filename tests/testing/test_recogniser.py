@@ -132,6 +132,21 @@ def test_a_copy_with_an_appended_assertion_is_the_copy() -> None:
         assert called == {"test_area": False, "test_area_sum": True}, text
 
 
+def test_the_copy_nearest_to_a_test_edited_in_place_is_its_honest_one() -> None:
+    """A test test_patch edits in place and the check replaces by copies under new names: a decoy at a
+    value test_patch kept leaves the honest copy the one nearest the repository's version, in either
+    order (``differential.plant(before=...)`` puts decoys elsewhere)."""
+    old = "def test_area():\n    got = area(2, 3)\n    assert got == 6\n    assert label(1) == 'n1'\n"
+    new = old.replace("area(2, 3)", "area(2, 4)").replace("== 6", "== 8")
+    honest = new.replace("test_area", "test_area_two")
+    decoy = new.replace("test_area", "test_area_sum").replace("'n1'", "'n2'")
+    for planted in (honest + "\n\n" + decoy, decoy + "\n\n" + honest):
+        called = {name: j.canary for (_, name), j in judge(planted, old).items()}
+        assert called == {"test_area_two": False, "test_area_sum": True}, planted
+        blind = judge(planted, None)  # without the repository: a tie, the first is called real
+        assert [name for (_, name), j in blind.items() if not j.canary] == [planted.split("(")[0][4:]]
+
+
 def test_names_of_a_group_are_edits_along_a_uniform_random_tree() -> None:
     """In a group of three, the original is the middle of the chain as often as either copy (a third of the
     time), so the name nearest to the others does not name the original."""
