@@ -6,12 +6,12 @@ canaries ``harness/canary.py`` plants, on the built-in code-repair tasks and on 
 For every row: the test files at the base commit with test_patch applied (git only, no docker), the module
 the harness plants in (``canary.pick_module``, first one present), canaries planted ``--trials`` times with
 the row's lists (``canary.known_for``), then (``--twins``, the default, as the harness runs) the
-differential check's twins of the module's FAIL_TO_PASS tests (``differential.plant``); each planted module
-judged by the recogniser, which also gets the module as the repository has it at HEAD. Planted tests are
-the canaries and the decoys (both must fail, or pass for must-pass canaries); an honest copy is the test it
-copies (a real test, or a must-pass canary). ``MIRRORS`` holds ``owner__name.git`` repositories (the harness's
-``--repo-source`` folder); rows of repositories not there are left out. Figures, pooled over every test of
-every planted module:
+differential check's twins of the module's FAIL_TO_PASS and new PASS_TO_PASS tests (``differential.plant``);
+each planted module judged by the recogniser, which also gets the module as the repository has it at HEAD.
+Planted tests are the canaries and the decoys (both must fail, or pass for must-pass canaries); an honest
+copy is the test it copies (a real test, or a must-pass canary). ``MIRRORS`` holds ``owner__name.git``
+repositories (the harness's ``--repo-source`` folder); rows of repositories not there are left out.
+Figures, pooled over every test of every planted module:
 
 - balanced accuracy ((canaries called canary + real tests called real) / 2, each as a rate) on three sets:
   every test; the tests the repository does not have unchanged (*unseen*: test_patch's and the canaries);
@@ -107,7 +107,7 @@ def row_cases(source: str, inst: Instance, repo: Path, catalog: SpecCatalog, tri
                                "new_f2p": sorted(f2p - head_names), "derived": 0}
     cases = []
     info["twinned"] = 0
-    stand_in = twins and any(differential.twinnable(m, t, inst.fail_to_pass, inst.test_patch)
+    stand_in = twins and any(differential.twinnable(m, t, inst.fail_to_pass, inst.test_patch, heads.get(m))
                              for m, t in texts.items() if m.endswith(".py"))
     for trial in range(trials):
         rng = Random(f"{seed}:{inst.instance_id}:{trial}")
@@ -122,7 +122,7 @@ def row_cases(source: str, inst: Instance, repo: Path, catalog: SpecCatalog, tri
                          if must_pass and any(code.get(n) == code.get(f) for f in f2p)}
         text = planting.text
         if twins:
-            text, kinds, failing = with_twins(inst, module, text, kinds, failing, rng)
+            text, kinds, failing = with_twins(inst, module, text, kinds, failing, rng, head)
             info["twinned"] = int(info["twinned"]) + (text != planting.text)  # type: ignore[call-overload]
         for (_, name), j in judge(text, head).items():
             seen = j.score <= -10.0
@@ -133,13 +133,14 @@ def row_cases(source: str, inst: Instance, repo: Path, catalog: SpecCatalog, tri
 
 
 def with_twins(inst: Instance, module: str, planted: str, kinds: dict[str, bool], failing: set[str],
-               rng: Random) -> tuple[str, dict[str, bool], set[str]]:
-    """The module after ``differential.py`` twins its FAIL_TO_PASS tests, as the harness runs it, with the
-    planted tests (decoys are must-fail plantings; an honest copy of a canary is that canary) and the tests
-    a forger must forge (honest copies in place of the tests they copy)."""
-    wanted = differential.targets_in(module, inst.fail_to_pass)
+               rng: Random, head: str | None = None) -> tuple[str, dict[str, bool], set[str]]:
+    """The module after ``differential.py`` twins its FAIL_TO_PASS tests and the PASS_TO_PASS tests
+    test_patch adds (decoys placed against ``head``, the repository's version), as the harness runs it,
+    with the planted tests (decoys are must-fail plantings; an honest copy of a canary is that canary) and
+    the tests a forger must forge (honest copies in place of the tests they copy)."""
+    wanted, then = differential.targets(module, inst.fail_to_pass, inst.pass_to_pass, inst.test_patch)
     added = differential.added_lines(inst.test_patch, module)
-    twinned = differential.plant(module, planted, wanted, added, rng)
+    twinned = differential.plant(module, planted, wanted, added, rng, then=then, before=head)
     kinds, failing = dict(kinds), set(failing)
     for t in twinned.twins:
         if t.test in kinds:
