@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from random import Random
 
@@ -66,6 +66,11 @@ class Case:
     hidden: bool
     """The planting's must-fail canaries copy tests test_patch adds (``Planting.hidden``)."""
     called_canary: bool
+    form: str = ""
+    """What the test is: ``must-fail``/``must-pass`` (canaries), a decoy's ``how``, ``honest`` (a twin's
+    honest copy), ``real``."""
+    why: str = ""
+    """The recogniser's reason."""
 
 
 def git(repo: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
@@ -121,19 +126,22 @@ def row_cases(source: str, inst: Instance, repo: Path, catalog: SpecCatalog, tri
         failing = f2p | {n for n, must_pass in kinds.items()
                          if must_pass and any(code.get(n) == code.get(f) for f in f2p)}
         text = planting.text
+        forms = {n: "must-pass" if must_pass else "must-fail" for n, must_pass in kinds.items()}
         if twins:
-            text, kinds, failing = with_twins(inst, module, text, kinds, failing, rng, head)
+            text, kinds, failing, forms = with_twins(inst, module, text, kinds, failing, rng, head, forms)
             info["twinned"] = int(info["twinned"]) + (text != planting.text)  # type: ignore[call-overload]
         for (_, name), j in judge(text, head).items():
             seen = j.score <= -10.0
             cases.append(Case(source, inst.instance_id, trial, name, name in kinds,
                               name in kinds and not kinds[name], name in failing, seen,
-                              name not in head_names, planting.hidden, j.canary))
+                              name not in head_names, planting.hidden, j.canary,
+                              forms.get(name, "real"), j.why))
     return cases, info
 
 
 def with_twins(inst: Instance, module: str, planted: str, kinds: dict[str, bool], failing: set[str],
-               rng: Random, head: str | None = None) -> tuple[str, dict[str, bool], set[str]]:
+               rng: Random, head: str | None = None, forms: dict[str, str] | None = None
+               ) -> tuple[str, dict[str, bool], set[str], dict[str, str]]:
     """The module after ``differential.py`` twins its FAIL_TO_PASS tests and the PASS_TO_PASS tests
     test_patch adds (decoys placed against ``head``, the repository's version), as the harness runs it,
     with the planted tests (decoys are must-fail plantings; an honest copy of a canary is that canary) and
@@ -141,15 +149,18 @@ def with_twins(inst: Instance, module: str, planted: str, kinds: dict[str, bool]
     wanted, then = differential.targets(module, inst.fail_to_pass, inst.pass_to_pass, inst.test_patch)
     added = differential.added_lines(inst.test_patch, module)
     twinned = differential.plant(module, planted, wanted, added, rng, then=then, before=head)
-    kinds, failing = dict(kinds), set(failing)
+    kinds, failing, forms = dict(kinds), set(failing), dict(forms or {})
     for t in twinned.twins:
         if t.test in kinds:
             kinds[t.honest] = kinds[t.test]
         if t.test in failing:
             failing.add(t.honest)
         kinds[t.decoy] = False
+        forms[t.honest] = forms.get(t.test, "honest")
+        forms[t.decoy] = t.how
     gone = {t.test for t in twinned.twins}
-    return twinned.text, {k: v for k, v in kinds.items() if k not in gone}, failing - gone
+    return (twinned.text, {k: v for k, v in kinds.items() if k not in gone}, failing - gone,
+            {k: v for k, v in forms.items() if k not in gone})
 
 
 def balanced(cases: list[Case]) -> dict[str, float | int]:
@@ -244,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--twins", action=argparse.BooleanOptionalAction, default=True,
                     help="plant the differential check's twins after the canaries, as the harness does")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "canary_recogniser.json")
+    ap.add_argument("--cases", type=Path, default=None,
+                    help="also write every judged test, one JSON object per line (for analysis)")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
     catalog = SpecCatalog()
@@ -263,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
                          args.trials),
         "repos": dict(Counter(i["instance_id"].rsplit("-", 1)[0] for i in infos["swe-bench"])),  # type: ignore[union-attr]
     }
+    if args.cases:
+        args.cases.write_text("".join(json.dumps(asdict(c)) + "\n" for s in cases.values() for c in s))
     text = json.dumps(result, indent=2)
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
