@@ -537,9 +537,12 @@ def _decoys(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], fail
         variants = [[(edit[0] - 1, edit[1], edit[3], v)] for v in values]
         if values and fair(variants):
             return variants, "literal"
-    others = [site for site in sites if not negating(site, lines)]
-    if others or sites:
-        chosen = rng.choice(others or sites)
+    # a literal site's edit holds the old value (a new one is chosen per copy above): as a form of its own
+    # it would be the honest copy again, a decoy that passes
+    formed = [site for site in sites if not is_literal(site, lines)]
+    others = [site for site in formed if not negating(site, lines)]
+    if formed:
+        chosen = rng.choice(others or formed)
         return [[(e[0] - 1, e[1], e[3], e[4]) for e in chosen]], "swapped" if others else "negated"
     if any(isinstance(n, ast.Return | ast.Yield | ast.YieldFrom) for n in _walk(node)):
         return None

@@ -148,6 +148,23 @@ def test_a_test_edited_in_place_gets_decoys_where_its_old_version_is_no_nearer_t
     assert (fair.text.count("== 6  #"), fair.text.count('"n4!"')) == (copies, 1), "the value the edit changed"
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_a_test_whose_every_literal_is_unfair_gets_a_decoy_of_another_form_that_fails(
+        tmp_path: Path, seed: int) -> None:
+    """test_patch changed an input in place, not the expected value: a decoy value there would leave the
+    honest copy the nearest to the old version, so the decoy takes another form, and it fails (the
+    fallback once wrote the old literal back: an unchanged copy that passed under gold)."""
+    old = 'from shapes import label\n\n\ndef test_label():\n    assert label(3) == "n4"\n'
+    new = old.replace("label(3)", "label(4)")
+    planting = differential.plant("tests/test_shapes.py", new, [(None, "test_label")], new.splitlines()[-1:],
+                                  Random(seed), before=old)
+    assert planting.twins and {t.how for t in planting.twins} <= {"swapped", "negated", "appended"}
+    status = _status(differential.rename_back(_run_pytest(tmp_path, planting.text), planting.twins))
+    assert status["tests/test_shapes.py::test_label"] == "PASSED"
+    assert {status[f"tests/test_shapes.py::{t.decoy}"] for t in planting.twins} == {"FAILED"}, planting.text
+    assert differential.verdict(planting.twins, status)[0]
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_honest_copies_pass_and_decoys_fail_under_pytest(tmp_path: Path, seed: int) -> None:
     planting = differential.plant("tests/test_shapes.py", MODULE, WANTED, rng=Random(seed))
