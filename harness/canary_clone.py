@@ -288,6 +288,8 @@ def choose_value(e: Edit, lines: list[str], node: ast.FunctionDef, tree: ast.Mod
         new = _mutate(value, rng, [])
         if _distinct(value, new) and _spell(new, text) not in taken:
             break
+    else:
+        new = _far(value, taken, text)
     taken.append(_spell(new, text))
     return (line, c1, line2, c2, _spell(new, text))
 
@@ -406,6 +408,17 @@ def _mutate(value: object, rng: Random, words: list[str]) -> object:
                 else string.ascii_lowercase if c.isalpha() else " .,-_:")
     choices = [a for a in alphabet if a != c] or ["x"]
     return text[:i] + rng.choice(choices) + text[i + 1:]
+
+
+def _far(value: object, taken: list[str], like: str) -> object:
+    """A value distinct from ``value`` when small steps give none (a float so large that ``+ 0.5`` is
+    itself, or within ``approx``'s tolerance): the copy must not be the original under another spelling."""
+    if isinstance(value, float):
+        new = value / 2 if abs(value) > 1 else value + 1.0
+        while _spell(new, like) in taken:
+            new = new / 2 if abs(new) > 1 else new + 1.0
+        return new
+    return _mutate(value, Random(len(taken)), [])
 
 
 def _spell(value: object, like: str) -> str:

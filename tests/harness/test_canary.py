@@ -611,3 +611,21 @@ def test_sympy_values_and_raises_are_sites_without_a_not() -> None:
     # what the code raises may derive from two of these families (numpy's AxisError: ValueError and
     # IndexError), so a swap never goes from one to another
     assert not swapped & {"ValueError", "KeyError", "IndexError", "AttributeError", "OSError"}
+
+
+@pytest.mark.parametrize("literal", ["1e20", "123456789.0", "-3e300", "0.5"])
+def test_a_new_float_value_is_never_the_old_one_spelled_otherwise(literal: str) -> None:
+    """Where ``+ 0.5`` leaves a float as it is (or within approx's tolerance), the copy gets a value far off:
+    an unchanged value would make a must-fail copy pass."""
+    from envfarm.harness.canary_clone import _distinct, choose_value
+
+    text = f"def test_big():\n    assert big() == {literal}\n"
+    node = ast.parse(text).body[0]
+    start = text.splitlines()[1].index(literal)
+    site = (2, start, 2, start + len(literal), literal)
+    taken = [literal]
+    for seed in range(3):
+        new = choose_value(site, text.splitlines(keepends=True), node, ast.parse(text), Random(seed),
+                           taken)[4]  # type: ignore[arg-type]
+        assert _distinct(float(literal), ast.literal_eval(new)), (literal, new)
+    assert len(set(taken)) == len(taken) == 4
