@@ -414,10 +414,10 @@ def _far(value: object, taken: list[str], like: str) -> object:
     """A value distinct from ``value`` when small steps give none (a float so large that ``+ 0.5`` is
     itself, or within ``approx``'s tolerance): the copy must not be the original under another spelling."""
     if isinstance(value, float):
-        new = value / 2 if abs(value) > 1 else value + 1.0
-        while _spell(new, like) in taken:
-            new = new / 2 if abs(new) > 1 else new + 1.0
-        return new
+        for k in range(1, 1100):  # halvings of a finite float reach 0 within 1,100
+            new = value / 2 ** k if abs(value) > 1 else value + k
+            if _distinct(value, new) and _spell(new, like) not in taken:
+                return new
     return _mutate(value, Random(len(taken)), [])
 
 
