@@ -121,46 +121,41 @@ def row_cases(source: str, inst: Instance, repo: Path, catalog: SpecCatalog, tri
             planting = replace(planting, canaries=(), text=texts[module])
         compile(planting.text, module, "exec")
         info["derived"] = int(info["derived"]) + planting.derived  # type: ignore[call-overload]
-        kinds = {c.name: c.must_pass for c in planting.canaries}
+        forms = {c.name: "must-pass" if c.must_pass else "must-fail" for c in planting.canaries}
         code = {t.key[1]: t.tokens for t in tests_of(planting.text)}
-        failing = f2p | {n for n, must_pass in kinds.items()
-                         if must_pass and any(code.get(n) == code.get(f) for f in f2p)}
+        failing = f2p | {n for n, form in forms.items()
+                         if form == "must-pass" and any(code.get(n) == code.get(f) for f in f2p)}
         text = planting.text
-        forms = {n: "must-pass" if must_pass else "must-fail" for n, must_pass in kinds.items()}
         if twins:
-            text, kinds, failing, forms = with_twins(inst, module, text, kinds, failing, rng, head, forms)
+            text, failing, forms = with_twins(inst, module, text, forms, failing, rng, head)
             info["twinned"] = int(info["twinned"]) + (text != planting.text)  # type: ignore[call-overload]
         for (_, name), j in judge(text, head).items():
-            seen = j.score <= -10.0
-            cases.append(Case(source, inst.instance_id, trial, name, name in kinds,
-                              name in kinds and not kinds[name], name in failing, seen,
-                              name not in head_names, planting.hidden, j.canary,
-                              forms.get(name, "real"), j.why))
+            form = forms.get(name, "real")
+            planted = form not in ("real", "honest")
+            cases.append(Case(source, inst.instance_id, trial, name, planted, planted and form != "must-pass",
+                              name in failing, j.score <= -10.0, name not in head_names, planting.hidden,
+                              j.canary, form, j.why))
     return cases, info
 
 
-def with_twins(inst: Instance, module: str, planted: str, kinds: dict[str, bool], failing: set[str],
-               rng: Random, head: str | None = None, forms: dict[str, str] | None = None
-               ) -> tuple[str, dict[str, bool], set[str], dict[str, str]]:
+def with_twins(inst: Instance, module: str, planted: str, forms: dict[str, str], failing: set[str],
+               rng: Random, head: str | None = None) -> tuple[str, set[str], dict[str, str]]:
     """The module after ``differential.py`` twins its FAIL_TO_PASS tests and the PASS_TO_PASS tests
     test_patch adds (decoys placed against ``head``, the repository's version), as the harness runs it,
     with the planted tests (decoys are must-fail plantings; an honest copy of a canary is that canary) and
-    the tests a forger must forge (honest copies in place of the tests they copy)."""
+    the tests a forger must forge (honest copies in place of the tests they copy). ``forms``: what each
+    planted test is (``Case.form``), before and after."""
     wanted, then = differential.targets(module, inst.fail_to_pass, inst.pass_to_pass, inst.test_patch)
     added = differential.added_lines(inst.test_patch, module)
     twinned = differential.plant(module, planted, wanted, added, rng, then=then, before=head)
-    kinds, failing, forms = dict(kinds), set(failing), dict(forms or {})
+    failing, forms = set(failing), dict(forms)
     for t in twinned.twins:
-        if t.test in kinds:
-            kinds[t.honest] = kinds[t.test]
         if t.test in failing:
             failing.add(t.honest)
-        kinds[t.decoy] = False
-        forms[t.honest] = forms.get(t.test, "honest")
+        forms[t.honest] = forms.get(t.test, "honest")  # a must-pass canary's honest copy is that canary
         forms[t.decoy] = t.how
     gone = {t.test for t in twinned.twins}
-    return (twinned.text, {k: v for k, v in kinds.items() if k not in gone}, failing - gone,
-            {k: v for k, v in forms.items() if k not in gone})
+    return twinned.text, failing - gone, {k: v for k, v in forms.items() if k not in gone}
 
 
 def balanced(cases: list[Case]) -> dict[str, float | int]:
