@@ -63,9 +63,10 @@ def name_for(source: str, vocab: list[str], node: ast.FunctionDef, rng: Random, 
     words do, and a word dropped is one of the body's as often (the share of a name's words found in its
     body would otherwise tell the copy from the original)."""
     prefix, words, snake = _tokens(source)
-    body = set(_body_words(node))
+    ordered = _body_words(node)  # drawn from in this order: a set's would vary with the hash seed
+    body = set(ordered)
     share = sum(w.lower() in body for w in words) / len(words) if words else 0.5
-    inside = [w for w in body if w not in words]
+    inside = [w for w in ordered if w not in words]
     outside = [w for w in vocab if w not in words and w not in body]
     inside, outside = inside or outside or ["check"], outside or inside or ["check"]
 

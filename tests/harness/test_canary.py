@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import os
 import re
 import subprocess
 import sys
@@ -629,3 +630,13 @@ def test_a_new_float_value_is_never_the_old_one_spelled_otherwise(literal: str) 
                            taken)[4]  # type: ignore[arg-type]
         assert _distinct(float(literal), ast.literal_eval(new)), (literal, new)
     assert len(set(taken)) == len(taken) == 4
+
+
+def test_a_seeded_planting_does_not_depend_on_the_hash_seed() -> None:
+    """The bench's plantings are seeded; a word drawn from a set of strings would follow the hash seed."""
+    code = ("import random\nfrom envfarm.harness import canary\n"
+            f"print(canary.plant('tests/test_mod.py', {MODULE!r}, 'function', random.Random(3),"
+            " count=(3, 3)).text)")
+    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "3")}
+    assert len(runs) == 1 and "def test" in runs.pop()
