@@ -221,9 +221,9 @@ def _pip_args(args: list[str], out: RunAnalysis) -> None:
     for arg in args:
         if re.match(r"^(git\+|hg\+|svn\+|bzr\+)?(https?|ftp|ssh|git)://|^git@|@\s*(https?|git\+)", arg):
             out.issues.append((NEEDS_NETWORK, f"pip install from a URL: {arg}"))
-        elif arg.startswith((".", "/", "~")) or arg.endswith((".whl", ".tar.gz", ".zip")):
+        elif local_path(arg):
             step.append(arg)  # a path in the image: pip builds it there, from the wheelhouse's setuptools
-            out.pip_requirements += ["setuptools", "wheel"]
+            out.pip_requirements += step_requirements((arg,))
         elif re.match(r"^pip([<>=!~ ].*)?$", arg):
             out.notes.append("pip upgrade dropped (the image keeps its Debian pip)")
         else:
@@ -231,6 +231,17 @@ def _pip_args(args: list[str], out: RunAnalysis) -> None:
             out.pip_requirements.append(arg)
     if step:
         out.steps.append(("pip", tuple(step)))
+
+
+def local_path(arg: str) -> bool:
+    """A pip argument naming a path in the image (pip builds it there), not a requirement to download."""
+    return arg.startswith((".", "/", "~")) or arg.endswith((".whl", ".tar.gz", ".zip"))
+
+
+def step_requirements(args: tuple[str, ...]) -> list[str]:
+    """What the wheelhouse needs for a pip step's ``args``: each requirement, and setuptools and wheel in
+    place of a local path (in the order of ``RunAnalysis.pip_requirements``)."""
+    return [r for a in args for r in (("setuptools", "wheel") if local_path(a) else (a,))]
 
 
 def _requirements_file(

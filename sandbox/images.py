@@ -54,7 +54,7 @@ LATEST = "latest"
 NAME_LABEL = "envfarm.image"
 HASH_LABEL = "envfarm.recipe_hash"
 HARBOR_LABEL = "envfarm.harbor"
-"""``apt`` or ``task`` on the images :mod:`.harbor_image` builds from Harbor task folders."""
+"""``apt``, ``pip``, ``task``, ``prebuilt`` or ``export``: images of Harbor tasks (:mod:`.harbor_image`)."""
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -437,9 +437,9 @@ def _prune_docker(current: dict[str, str], all: bool) -> tuple[list[str], int, s
         for img in _envfarm_images()
         if all or _stale(img.labels, current)
     ]
-    def parents_last(img: Image) -> tuple[bool, bool]:
+    def parents_last(img: Image) -> tuple[bool, bool, bool]:
         name = str(img.labels.get(NAME_LABEL, ""))
-        return name.startswith("base"), name == "harbor-apt"
+        return name.startswith("base"), name == "harbor-apt", name == "harbor-pip"
 
     for img in sorted(doomed, key=parents_last):
         for ref in img.tags or [img.id]:

@@ -15,11 +15,16 @@ from envfarm.sandbox.harbor_image import (
     NO_PACKAGE,
     SEED_DIR,
     TaskImage,
+    discard,
+    ensure_pip_layer,
     ensure_task_image,
     missing_packages,
     render,
+    render_pip_layer,
     render_seed_layer,
+    requirements,
     seed_command,
+    shared_steps,
     writable_dirs,
 )
 
@@ -83,6 +88,88 @@ async def test_task_image_runs_on_both_backends(
         await sb.exec(["bash", "-c", seed_command()], timeout_s=60)
         res = await sb.exec(["bash", "-c", "ls /app; test ! -e /app/new.txt"], timeout_s=60)
     assert res.exit_code == 0 and "built.txt" in res.stdout, res.stdout + res.stderr
+
+
+# ---------------------------------------------------------------------------------------- shared pip layer
+
+TEMPLATE = """\
+FROM python:3.11-slim
+ENV DEBIAN_FRONTEND=noninteractive
+WORKDIR /srv/tool
+USER nobody
+RUN pip install --no-cache-dir six==1.16.0 ./vendored
+USER root
+COPY data/hello.txt /app/data/hello.txt
+RUN pip install iniconfig==2.0.0
+WORKDIR /app
+"""
+
+
+def test_the_pip_layer_holds_the_steps_through_the_first_pip_install_and_the_task_goes_on_from_it() -> None:
+    t = translate(TEMPLATE)
+    skip = shared_steps(t)
+    assert [s.kind for s in t.steps[:skip]] == ["env", "workdir", "user", "pip"]
+    layer = render_pip_layer(t, skip).splitlines()
+    assert layer[:6] == ["ARG BASE", "FROM ${BASE}", "USER root", "WORKDIR /",
+                         "ENV PIP_BREAK_SYSTEM_PACKAGES=1", "COPY wheelhouse /tmp/envfarm-wheelhouse"]
+    assert any("pip install" in line and "six==1.16.0 ./vendored" in line for line in layer)
+    assert layer[-4:] == ["USER root", "RUN rm -rf /tmp/envfarm-wheelhouse", "USER nobody",
+                          "WORKDIR /srv/tool"]
+    task = render(t, skip=skip).splitlines()
+    assert task[:3] == ["ARG BASE", "FROM ${BASE}", "COPY wheelhouse /tmp/envfarm-wheelhouse"]
+    assert "six==1.16.0" not in "\n".join(task) and any("iniconfig==2.0.0" in line for line in task)
+    assert requirements(t.steps[:skip]) == ("six==1.16.0", "setuptools", "wheel")
+    assert requirements(t.steps[skip:]) == ("iniconfig==2.0.0",)
+    assert requirements(t.steps) == t.pip_requirements  # every step: the whole task's wheelhouse
+    assert render(t, skip=0) == render(t)  # a task without a pip layer renders as it always did
+
+
+def test_a_pip_install_after_the_tasks_files_gets_no_shared_layer() -> None:
+    """A step before the first pip install that reads the task's files (COPY/ADD) would tie the layer to
+    one task: the whole Dockerfile stays in the task's layer."""
+    t = translate("FROM python:3.11-slim\nCOPY req.txt /r.txt\nRUN pip install six==1.16.0\n")
+    assert shared_steps(t) == 0
+    assert shared_steps(translate("FROM python:3.11-slim\nWORKDIR /app\n")) == 0  # no pip step
+    assert render(t, skip=0).splitlines()[2:4] == ["USER root", "WORKDIR /"]
+
+
+@pytest.mark.docker
+def test_tasks_of_one_template_share_one_pip_layer_and_keep_their_own_files(tmp_path: Path) -> None:
+    """Two tasks that differ only in their files: one pip layer, built once; each image has its own file,
+    the template's package, user and folder."""
+    import uuid
+
+    from envfarm.sandbox import dockerutil
+
+    mark = uuid.uuid4().hex[:8]  # a fresh layer: this test builds it, the second task finds it
+    text = (f"FROM python:3.11-slim\nENV MARK={mark}\nWORKDIR /opt/lib\nRUN pip install six==1.16.0\n"
+            "COPY data/hello.txt /app/data/hello.txt\nWORKDIR /app\nUSER agent\n")
+    heard: list[tuple[str, str]] = []
+    made = []
+    for name in ("one", "two"):
+        task = _task(tmp_path / name, text)
+        (task / "environment" / "data" / "hello.txt").write_text(f"{name}\n")
+        made.append(ensure_task_image(task, on_layer=lambda kind, tag: heard.append((kind, tag))))
+    one, two = made
+    assert one.pip_layer and one.pip_layer == two.pip_layer and one.tag != two.tag
+    assert heard == [("apt", one.apt_layer), ("pip", one.pip_layer)] * 2
+    layer = dockerutil.get_image(one.pip_layer)
+    assert layer is not None and layer.labels["envfarm.harbor"] == "pip"
+    assert layer.attrs["Config"]["WorkingDir"] == "/opt/lib"
+    for image, name in ((one, "one"), (two, "two")):
+        cfg = dockerutil.client().images.get(image.image_id).attrs["Config"]
+        assert (cfg["WorkingDir"], cfg["User"]) == ("/app", "agent")
+        script = f"python3 -c 'import six' && cat {SEED_DIR}/app/data/hello.txt && id -un"
+        out = dockerutil.client().containers.run(image.image_id, ["sh", "-c", script], working_dir="/",
+                                                 network_mode="none", remove=True)
+        assert out.decode().split() == [name, "agent"]
+    t = translate(text)
+    base_hash = layer.labels["envfarm.base_hash"]
+    again = ensure_pip_layer(one.apt_layer, base_hash, t, shared_steps(t))
+    assert again == one.pip_layer and dockerutil.get_image(again).id == layer.id  # found, not rebuilt
+    for ref in (one.tag, two.tag, one.pip_layer):
+        discard(ref)
+    assert dockerutil.get_image(one.pip_layer) is None
 
 
 def test_writable_dirs_are_the_tasks_own_folders() -> None:

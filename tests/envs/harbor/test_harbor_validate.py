@@ -176,8 +176,8 @@ def test_the_janitor_runs_small_apt_groups_first(tmp_path: Path) -> None:
 
 @pytest.mark.docker
 def test_pruning_removes_each_groups_images_and_exports_once_its_rows_are_written(tmp_path: Path) -> None:
-    """``--prune-images`` on bwrap: the rows are those of a plain run, and afterwards docker has neither
-    task's image and the rootfs folder holds no export of them."""
+    """``--prune-images`` on bwrap: the rows are those of a plain run, and afterwards docker has no task's
+    image nor the pip layer two of them shared, and the rootfs folder holds no export of them."""
     import uuid
 
     from harbor_tasks import write_task
@@ -187,12 +187,17 @@ def test_pruning_removes_each_groups_images_and_exports_once_its_rows_are_writte
 
     tag = uuid.uuid4().hex[:8]
     tasks = tmp_path / "tasks"
-    for name in (f"prune-a-{tag}", f"prune-b-{tag}"):
+    template = f"FROM python:3.11-slim\nENV MARK={tag}\nRUN pip install six==1.16.0\nWORKDIR /workspace\n"
+    for name in (f"prune-a-{tag}", f"prune-b-{tag}", f"prune-c-{tag}"):
         write_task(tasks, name)
+        if not name.startswith("prune-a"):  # b and c share a pip layer
+            (tasks / name / "environment" / "Dockerfile").write_text(template)
     config = ValidateConfig(tasks=tasks, report_dir=tmp_path / "r", run_id="p", prune_images=True)
     result = asyncio.run(validate_tasks(config))
-    assert [(r.validated, r.oracle_reward, r.noop_reward) for r in result.rows] == [(True, 1.0, 0.0)] * 2
+    assert [(r.validated, r.oracle_reward, r.noop_reward) for r in result.rows] == [(True, 1.0, 0.0)] * 3
     left = [t for img in dockerutil.client().images.list() for t in img.tags if tag in t]
+    pip_layers = dockerutil.client().images.list(filters={"label": "envfarm.harbor=pip"})
+    left += [img.id for img in pip_layers if f"MARK={tag}" in (img.attrs["Config"].get("Env") or [])]
     assert left == []
     exports = [rootfs.read_marker(p) for p in rootfs.rootfs_dir().glob("img-*") if p.is_dir()]
     assert [m for m in exports if m and tag in str(m.get("name"))] == []
