@@ -5,8 +5,10 @@ prints, writes JSON.
     python bench/harbor.py --tasks DIR --validate-only --report-dir R --run-id r1   # no cold rebuilds
 
 Per task (the first ``--limit`` in name order, or ``--task-ids``): a cold build (``ensure_task_image(force=
-True)``: the task's own layers built again; Debian bases and the apt layers other tasks share stay cached,
-as they would in any second build of a dataset) and a warm one (the same call again: a cache hit). Then
+True)``: the task's own layers and its pip layer built again; Debian bases and the apt layers other tasks
+share stay cached, as they would in any second build of a dataset), a sibling build (the task's image
+removed, its pip layer kept: what each further task of a template pays once one has built the layer that
+holds its steps through the first ``pip install``) and a warm one (the same call again: a cache hit). Then
 ``envfarm harbor validate`` over the same tasks with ``--max-workers``: validated tasks per core-hour is
 tasks that validate / (wall hours x cores of this machine). Harbor's own figure for comparison: 100
 parallel trials on a 14-core laptop, with cloud sandboxes (the images pulled from a registry, not built).
@@ -33,7 +35,7 @@ from envfarm.sandbox import DEFAULT_BACKEND  # noqa: E402
 def build_times(task_dirs: list[Path], cold: bool) -> list[dict[str, Any]]:
     """Cold (forced) and warm build seconds of each task; a task that cannot build gets its reason."""
     from envfarm.errors import FarmError
-    from envfarm.sandbox.harbor_image import ensure_task_image
+    from envfarm.sandbox.harbor_image import discard, ensure_task_image
 
     rows = []
     for path in task_dirs:
@@ -41,8 +43,13 @@ def build_times(task_dirs: list[Path], cold: bool) -> list[dict[str, Any]]:
         try:
             if cold:
                 start = time.monotonic()
-                ensure_task_image(path, force=True)
+                built = ensure_task_image(path, force=True)
                 row["cold_s"] = round(time.monotonic() - start, 3)
+                discard(built.tag)
+                start = time.monotonic()
+                ensure_task_image(path)
+                row["sibling_s"] = round(time.monotonic() - start, 3)
+                row["pip_layer"] = built.pip_layer
             start = time.monotonic()
             image = ensure_task_image(path)
             row["warm_s"] = round(time.monotonic() - start, 3)
@@ -61,6 +68,11 @@ def summary(values: list[float]) -> dict[str, float] | None:
     ordered = sorted(values)
     return {"n": len(values), "median": round(statistics.median(ordered), 3),
             "p90": round(ordered[int(0.9 * (len(ordered) - 1))], 3), "max": round(ordered[-1], 3)}
+
+
+def ratio(pairs: list[tuple[float, float]]) -> float | None:
+    """Median of cold / sibling over the tasks: how much faster a template's further task builds."""
+    return round(statistics.median(a / b for a, b in pairs), 2) if pairs else None
 
 
 def validate(args: argparse.Namespace, ids: list[str]) -> dict[str, Any]:
@@ -104,7 +116,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "measured": time.strftime("%Y-%m-%d"), "dataset": str(args.tasks.name), "task_ids": ids,
         "builds": builds,
         "cold_s": summary([r["cold_s"] for r in builds if "cold_s" in r]),
+        "sibling_s": summary([r["sibling_s"] for r in builds if "sibling_s" in r]),
         "warm_s": summary([r["warm_s"] for r in builds if "warm_s" in r]),
+        "cold_over_sibling": ratio([(r["cold_s"], r["sibling_s"]) for r in builds if "sibling_s" in r]),
         "validate": validate(args, ids),
         "harbor_published": "100 parallel trials on a 14-core laptop, cloud sandboxes, images pulled",
     }

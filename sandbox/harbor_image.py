@@ -105,7 +105,8 @@ LayerFn = Callable[[str, str], None]
 def ensure_task_image(task_dir: Path, *, force: bool = False, progress: ProgressFn | None = None,
                       on_layer: LayerFn | None = None) -> TaskImage:
     """Build (or find) the image of the Harbor task in ``task_dir``; blocking: from async code use
-    :func:`aensure_task_image`. ``on_layer`` hears of the shared layers even when the task's own build then
+    :func:`aensure_task_image`. ``force``: the task's layer and its pip layer built again without docker's
+    cache (the apt layer stays). ``on_layer`` hears of the shared layers even when the task's own build then
     fails (``harbor validate --prune-images`` removes them)."""
     task_dir = Path(task_dir)
     name = task_dir.resolve().name
@@ -217,7 +218,7 @@ def _build(task_dir: Path, name: str, t: Translation, force: bool, progress: Pro
     if apt and on_layer:
         on_layer("apt", apt)
     skip = shared_steps(t)
-    pip = ensure_pip_layer(apt or base.tag, base.hash, t, skip, progress) if skip else ""
+    pip = ensure_pip_layer(apt or base.tag, base.hash, t, skip, progress, force) if skip else ""
     if pip and on_layer:
         on_layer("pip", pip)
     below = pip or apt or base.tag
@@ -296,16 +297,16 @@ def requirements(steps: tuple[Step, ...]) -> tuple[str, ...]:
 
 
 def ensure_pip_layer(below: str, base_hash: str, t: Translation, skip: int,
-                     progress: ProgressFn | None = None) -> str:
+                     progress: ProgressFn | None = None, force: bool = False) -> str:
     """``envfarm/harbor-pip:<hash>``: ``below`` plus the first ``skip`` steps of ``t`` (through its first
-    pip step); cached, so the tasks that start alike build it once."""
+    pip step); cached, so the tasks that start alike build it once (``force``: built again, no cache)."""
     recipe = base_for_suite(t.base.suite)
     text = render_pip_layer(t, skip)
     wheels = _wheels(recipe.python, recipe.glibc, t.steps[:skip])
     key = hashlib.sha256(f"{BUILDER_VERSION}\0{below}\0{wheels}\0{text}".encode()).hexdigest()[:12]
     tag = f"{PIP_REPO}:{key}"
     with _hash_lock(f"pip-{key}"):
-        if dockerutil.get_image(tag) is not None:
+        if not force and dockerutil.get_image(tag) is not None:
             return tag
         with tempfile.TemporaryDirectory(prefix="envfarm-harbor-") as tmp:
             folder = Path(tmp)
@@ -314,7 +315,7 @@ def ensure_pip_layer(below: str, base_hash: str, t: Translation, skip: int,
             labels = {config.LABEL: "1", images.NAME_LABEL: "harbor-pip", images.HASH_LABEL: key,
                       "envfarm.base_hash": base_hash, HARBOR_LABEL: "pip"}
             spec = imagebuild.LayerSpec(folder, tag, below, labels, wheels, recipe.python, recipe.glibc)
-            imagebuild.build_layer(spec, progress=progress)
+            imagebuild.build_layer(spec, nocache=force, progress=progress)
     return tag
 
 

@@ -167,7 +167,10 @@ def test_tasks_of_one_template_share_one_pip_layer_and_keep_their_own_files(tmp_
     base_hash = layer.labels["envfarm.base_hash"]
     again = ensure_pip_layer(one.apt_layer, base_hash, t, shared_steps(t))
     assert again == one.pip_layer and dockerutil.get_image(again).id == layer.id  # found, not rebuilt
-    for ref in (one.tag, two.tag, one.pip_layer):
+    forced = ensure_task_image(tmp_path / "two" / "tiny-harbor-task", force=True)  # a cold build: both
+    assert forced.pip_layer == one.pip_layer and dockerutil.get_image(forced.pip_layer).id != layer.id
+    assert forced.image_id != two.image_id
+    for ref in (one.tag, two.tag, two.image_id, one.pip_layer, layer.id):
         discard(ref)
     assert dockerutil.get_image(one.pip_layer) is None
 
