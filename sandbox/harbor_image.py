@@ -250,6 +250,15 @@ def _build(task_dir: Path, name: str, t: Translation, force: bool, progress: Pro
     return TaskImage(tag, img.id, recipe.python, recipe.suite, t.workdir, t.user, env, (), built, apt, pip)
 
 
+def wheelhouses(t: Translation) -> tuple[str, ...]:
+    """The wheelhouse folders a build of ``t`` fills (its pip layer's, its own's), named as in the
+    wheelhouse cache; ``harbor validate --prune-images`` removes each once no task left needs it."""
+    recipe = base_for_suite(t.base.suite)
+    skip = shared_steps(t)
+    parts = (t.steps[:skip], t.steps[skip:]) if skip else (t.steps,)
+    return tuple(_wheels(recipe.python, recipe.glibc, p) for p in parts if requirements(p))
+
+
 def _wheels(python: str, glibc: str, steps: tuple[Step, ...]) -> str:
     """The wheelhouse folder's name for the pip steps among ``steps``."""
     digest = hashlib.sha256(f"{python}\0{glibc}\0{requirements(steps)}".encode())
@@ -564,5 +573,6 @@ __all__ = [
     "seed_command",
     "shared_steps",
     "translate_task",
+    "wheelhouses",
     "writable_dirs",
 ]

@@ -285,6 +285,17 @@ def _pip(args: list[str], progress: ProgressFn | None, extra_env: dict[str, str]
         )
 
 
+def remove_wheelhouse(name: str) -> int:
+    """Delete the wheelhouse folder ``name`` (a build that needs it again downloads it again); returns the
+    bytes freed, 0 when there is no such folder."""
+    folder = wheelhouse_dir() / name
+    if not name or folder.parent != wheelhouse_dir() or not folder.is_dir():
+        return 0
+    freed = rootfs.disk_usage(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+    return freed
+
+
 def prune_wheelhouses(keep: set[str]) -> tuple[list[str], int]:
     """Delete wheelhouse folders whose hash is not in ``keep``; returns (removed paths, bytes freed)."""
     removed, freed = [], 0

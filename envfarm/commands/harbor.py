@@ -46,8 +46,9 @@ WorkersOpt = Annotated[int, typer.Option("--max-workers", min=1, help="Tasks bui
 RepeatOpt = Annotated[int, typer.Option("--repeat", min=1, help="Oracle runs per task (flakiness).")]
 BackendOpt = Annotated[str, typer.Option("--backend", help="Sandbox backend: bwrap or docker.")]
 PruneOpt = Annotated[bool, typer.Option(
-    "--prune-images", help="Remove what each task built once no task left in the run needs it (thousands "
-    "of tasks on a small disk); tasks then run grouped by their apt packages.")]
+    "--prune-images", help="Remove what each task built, and the wheels it downloaded, once no task left in "
+    "the run needs them (thousands of tasks on a small disk); tasks then run grouped by their apt packages "
+    "and shared pip layer.")]
 SampleOpt = Annotated[int | None, typer.Option(
     "--sample", min=1, help="Validate a random sample of this many tasks (after --task-ids); default: all.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of --sample: the same seed picks the same tasks.")]

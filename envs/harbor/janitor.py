@@ -8,7 +8,9 @@ of 3,566 tasks would fill any disk. With the janitor:
 - a task's image and its bwrap export are removed as soon as its row is written (docker removes its build
   cache with it, down to the shared layers, which are tagged);
 - when the last task of a pip group is done its pip layer is removed, and when the last of an apt group is
-  done its apt layer (the base images and the wheelhouse stay).
+  done its apt layer (the base images stay);
+- a wheelhouse folder is removed once no task left in the run installs from it (one with torch's CUDA
+  wheels is 3 GB, and TermiGen has a hundred such tasks).
 
 Builds and removals do not overlap (one lock), so a removal never pulls a layer from under a build.
 """
@@ -28,7 +30,9 @@ Group = tuple[str, ...]
 Prefix = tuple[tuple[str, tuple[str, ...]], ...]
 """The (kind, args) of the steps a task's shared pip layer holds; empty when it has none."""
 Key = tuple[str, Any]
-"""("apt", Group) or ("pip", (Group, Prefix)): what a shared layer is removed after."""
+"""("apt", Group), ("pip", (Group, Prefix)) or ("wheels", name): what is removed after its last task."""
+Plan = tuple[tuple[Group, Prefix], tuple[str, ...]]
+"""A task's groups and the wheelhouse folders its build fills."""
 
 
 def apt_group(folder: Path) -> Group:
@@ -39,25 +43,32 @@ def apt_group(folder: Path) -> Group:
 def groups_of(folder: Path) -> tuple[Group, Prefix]:
     """The task's apt group and the steps of its shared pip layer (both empty when it does not
     translate)."""
+    return plan_of(folder)[0]
+
+
+def plan_of(folder: Path) -> Plan:
+    """The task's groups and wheelhouse folders (all empty when it does not translate)."""
     from envfarm.sandbox.dockerfile import translate_file
-    from envfarm.sandbox.harbor_image import shared_steps
+    from envfarm.sandbox.harbor_image import shared_steps, wheelhouses
 
     dockerfile = folder / "environment" / "Dockerfile"
     if not dockerfile.is_file():
-        return (), ()
+        return ((), ()), ()
     try:
         t = translate_file(dockerfile)
     except (OSError, ValueError):
-        return (), ()
-    return tuple(sorted(t.apt_packages)), tuple((s.kind, s.args) for s in t.steps[:shared_steps(t)])
+        return ((), ()), ()
+    prefix = tuple((s.kind, s.args) for s in t.steps[:shared_steps(t)])
+    return (tuple(sorted(t.apt_packages)), prefix), (wheelhouses(t) if t.buildable else ())
 
 
 class Janitor:
     """Removes what a validation run built once no task left in the run needs it."""
 
-    def __init__(self, groups: dict[Path, tuple[Group, Prefix]]) -> None:
-        self._group = {f.name: g for f, g in groups.items()}
-        self._left: Counter[Key] = Counter(k for g in groups.values() for k in _keys(g))
+    def __init__(self, plans: dict[Path, Plan]) -> None:
+        self._group = {f.name: p[0] for f, p in plans.items()}
+        self._wheels = {f.name: p[1] for f, p in plans.items()}
+        self._left: Counter[Key] = Counter(k for f in plans for k in self._keys(f.name))
         self._images: dict[str, Any] = {}
         self._layers: defaultdict[Key, set[str]] = defaultdict(set)
         self._lock = asyncio.Lock()
@@ -66,10 +77,10 @@ class Janitor:
     async def plan(cls, folders: Sequence[Path]) -> tuple[list[Path], Janitor]:
         """``folders`` in group order (the largest apt groups last, so their shared layers are built once;
         a pip group's tasks one after another), and the janitor that tracks them."""
-        groups = {f: await asyncio.to_thread(groups_of, f) for f in folders}
-        sizes = Counter(g[0] for g in groups.values())
-        ordered = sorted(folders, key=lambda f: (sizes[groups[f][0]], groups[f], f.name))
-        return ordered, cls(groups)
+        plans = {f: await asyncio.to_thread(plan_of, f) for f in folders}
+        sizes = Counter(p[0][0] for p in plans.values())
+        ordered = sorted(folders, key=lambda f: (sizes[plans[f][0][0]], plans[f][0], f.name))
+        return ordered, cls(plans)
 
     async def build(self, folder: Path) -> Any:
         """The task's image (:func:`envfarm.sandbox.harbor_image.ensure_task_image`), never during a
@@ -89,10 +100,10 @@ class Janitor:
     async def done(self, folder: Path) -> None:
         """The task in ``folder`` has its row: drop its image and export; a group's layer after its last
         task."""
-        from envfarm.sandbox import rootfs
+        from envfarm.sandbox import imagebuild, rootfs
         from envfarm.sandbox.harbor_image import discard
 
-        keys = _keys(self._group.get(folder.name, ((), ())))
+        keys = self._keys(folder.name)
         self._left.subtract(keys)
         async with self._lock:
             if (image := self._images.pop(folder.name, None)) is not None:
@@ -101,15 +112,23 @@ class Janitor:
                     await asyncio.to_thread(rootfs.remove, export)
                 await asyncio.to_thread(discard, image.tag)
             for key in keys:  # the pip layer before the apt layer it rests on
-                if self._left[key] <= 0:
-                    for tag in sorted(self._layers.pop(key, set())):
-                        await asyncio.to_thread(discard, tag)
-                        log.info("removed the %s layer %s", key[0], tag)
+                if self._left[key] > 0:
+                    continue
+                if key[0] == "wheels":
+                    freed = await asyncio.to_thread(imagebuild.remove_wheelhouse, key[1])
+                    log.info("removed the wheelhouse %s (%d MB)", key[1], freed >> 20)
+                for tag in sorted(self._layers.pop(key, set())):
+                    await asyncio.to_thread(discard, tag)
+                    log.info("removed the %s layer %s", key[0], tag)
+
+    def _keys(self, name: str) -> list[Key]:
+        """The task's pip group, apt group and wheelhouses, as the janitor counts them."""
+        return [*_keys(self._group.get(name, ((), ()))), *(("wheels", w) for w in self._wheels.get(name, ()))]
 
 
 def _keys(group: tuple[Group, Prefix]) -> tuple[Key, Key]:
-    """The task's pip group and apt group, as the janitor counts them."""
+    """The task's pip group and apt group."""
     return ("pip", group), ("apt", group[0])
 
 
-__all__ = ["Janitor", "apt_group", "groups_of"]
+__all__ = ["Janitor", "apt_group", "groups_of", "plan_of"]

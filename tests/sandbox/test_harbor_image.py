@@ -25,6 +25,7 @@ from envfarm.sandbox.harbor_image import (
     requirements,
     seed_command,
     shared_steps,
+    wheelhouses,
     writable_dirs,
 )
 
@@ -122,6 +123,8 @@ def test_the_pip_layer_holds_the_steps_through_the_first_pip_install_and_the_tas
     assert requirements(t.steps[skip:]) == ("iniconfig==2.0.0",)
     assert requirements(t.steps) == t.pip_requirements  # every step: the whole task's wheelhouse
     assert render(t, skip=0) == render(t)  # a task without a pip layer renders as it always did
+    assert len(set(wheelhouses(t))) == 2  # the pip layer's and the task's own, each named by its lines
+    assert wheelhouses(translate("FROM python:3.11-slim\nWORKDIR /app\n")) == ()
 
 
 def test_a_pip_install_after_the_tasks_files_gets_no_shared_layer() -> None:

@@ -177,13 +177,16 @@ def test_the_janitor_runs_small_apt_groups_first(tmp_path: Path) -> None:
 @pytest.mark.docker
 def test_pruning_removes_each_groups_images_and_exports_once_its_rows_are_written(tmp_path: Path) -> None:
     """``--prune-images`` on bwrap: the rows are those of a plain run, and afterwards docker has no task's
-    image nor the pip layer two of them shared, and the rootfs folder holds no export of them."""
+    image nor the pip layer two of them shared, the rootfs folder holds no export of them and the wheelhouse
+    cache not the folder those two installed from."""
     import uuid
 
     from harbor_tasks import write_task
 
     from envfarm.envs.harbor.validate import validate_tasks
-    from envfarm.sandbox import dockerutil, rootfs
+    from envfarm.sandbox import dockerutil, imagebuild, rootfs
+    from envfarm.sandbox.dockerfile import translate
+    from envfarm.sandbox.harbor_image import wheelhouses
 
     tag = uuid.uuid4().hex[:8]
     tasks = tmp_path / "tasks"
@@ -199,6 +202,8 @@ def test_pruning_removes_each_groups_images_and_exports_once_its_rows_are_writte
     pip_layers = dockerutil.client().images.list(filters={"label": "envfarm.harbor=pip"})
     left += [img.id for img in pip_layers if f"MARK={tag}" in (img.attrs["Config"].get("Env") or [])]
     assert left == []
+    wheels = wheelhouses(translate(template))
+    assert len(wheels) == 1 and not (imagebuild.wheelhouse_dir() / wheels[0]).exists()
     exports = [rootfs.read_marker(p) for p in rootfs.rootfs_dir().glob("img-*") if p.is_dir()]
     assert [m for m in exports if m and tag in str(m.get("name"))] == []
 
