@@ -12,7 +12,8 @@ of 3,566 tasks would fill any disk. With the janitor:
 - a wheelhouse folder is removed once no task left in the run installs from it (one with torch's CUDA
   wheels is 3 GB, and TermiGen has a hundred such tasks).
 
-Builds and removals do not overlap (one lock), so a removal never pulls a layer from under a build.
+Builds run side by side; an image or layer removal waits until no build is in flight (the removals queue
+up meanwhile), so a removal never pulls a layer from under a build and a long build holds no one up.
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ class Janitor:
         self._left: Counter[Key] = Counter(k for f in plans for k in self._keys(f.name))
         self._images: dict[str, Any] = {}
         self._layers: defaultdict[Key, set[str]] = defaultdict(set)
+        self._queued: list[tuple[str, str]] = []
+        self._building = 0
         self._lock = asyncio.Lock()
 
     @classmethod
@@ -93,33 +96,45 @@ class Janitor:
             self._layers[next(k for k in _keys(group) if k[0] == kind)].add(tag)
 
         async with self._lock:
+            await self._remove_queued()
+            self._building += 1
+        try:
             image = await asyncio.to_thread(ensure_task_image, folder, on_layer=on_layer)
+        finally:
+            self._building -= 1
         self._images[folder.name] = image
         return image
 
     async def done(self, folder: Path) -> None:
-        """The task in ``folder`` has its row: drop its image and export; a group's layer after its last
-        task."""
+        """The task in ``folder`` has its row: drop its export now, its image and (after a group's last
+        task) the group's layer once no build is in flight; a wheelhouse no task left needs."""
         from envfarm.sandbox import imagebuild, rootfs
-        from envfarm.sandbox.harbor_image import discard
 
         keys = self._keys(folder.name)
         self._left.subtract(keys)
+        if (image := self._images.pop(folder.name, None)) is not None:
+            export = rootfs.export_dir(image.image_id)
+            if await asyncio.to_thread(export.exists):
+                await asyncio.to_thread(rootfs.remove, export)
+            self._queued.append(("task", image.tag))
+        for key in keys:  # the pip layer before the apt layer it rests on
+            if self._left[key] > 0:
+                continue
+            if key[0] == "wheels":
+                freed = await asyncio.to_thread(imagebuild.remove_wheelhouse, key[1])
+                log.info("removed the wheelhouse %s (%d MB)", key[1], freed >> 20)
+            self._queued += [(key[0], tag) for tag in sorted(self._layers.pop(key, set()))]
         async with self._lock:
-            if (image := self._images.pop(folder.name, None)) is not None:
-                export = rootfs.export_dir(image.image_id)
-                if await asyncio.to_thread(export.exists):
-                    await asyncio.to_thread(rootfs.remove, export)
-                await asyncio.to_thread(discard, image.tag)
-            for key in keys:  # the pip layer before the apt layer it rests on
-                if self._left[key] > 0:
-                    continue
-                if key[0] == "wheels":
-                    freed = await asyncio.to_thread(imagebuild.remove_wheelhouse, key[1])
-                    log.info("removed the wheelhouse %s (%d MB)", key[1], freed >> 20)
-                for tag in sorted(self._layers.pop(key, set())):
-                    await asyncio.to_thread(discard, tag)
-                    log.info("removed the %s layer %s", key[0], tag)
+            await self._remove_queued()
+
+    async def _remove_queued(self) -> None:
+        """The queued images, in order, when no build is in flight (the caller holds the lock)."""
+        from envfarm.sandbox.harbor_image import discard
+
+        while self._queued and not self._building:
+            kind, tag = self._queued.pop(0)
+            await asyncio.to_thread(discard, tag)
+            log.info("removed the %s image %s", kind, tag)
 
     def _keys(self, name: str) -> list[Key]:
         """The task's pip group, apt group and wheelhouses, as the janitor counts them."""

@@ -174,6 +174,51 @@ def test_the_janitor_runs_small_apt_groups_first(tmp_path: Path) -> None:
     assert {f.name for f in order[:2]} == {"b", "d"} and [f.name for f in order[2:]] == ["a", "c"]
 
 
+def test_the_janitor_builds_side_by_side_and_removes_only_between_builds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long build does not hold another back, and a finished task's image is removed only once no build
+    is in flight (a removal must not pull a layer from under one). Builds are stubs: the janitor's order
+    of events is under test; the docker test below prunes for real."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from harbor_tasks import write_task
+
+    from envfarm.envs.harbor.janitor import Janitor
+    from envfarm.sandbox import harbor_image
+
+    events: list[tuple[str, str]] = []
+    guard = threading.Lock()
+
+    def build(folder: Path, on_layer: object = None) -> SimpleNamespace:
+        with guard:
+            events.append(("start", folder.name))
+        time.sleep(0.4 if folder.name == "slow" else 0.05)
+        with guard:
+            events.append(("end", folder.name))
+        return SimpleNamespace(tag=f"img-{folder.name}", image_id=f"id-{folder.name}")
+
+    monkeypatch.setattr(harbor_image, "ensure_task_image", build)
+    monkeypatch.setattr(harbor_image, "discard", lambda tag: events.append(("removed", tag)) or 0)
+    folders = [write_task(tmp_path, name) for name in ("slow", "fast")]
+
+    async def run() -> None:
+        _, janitor = await Janitor.plan(folders)
+
+        async def one(folder: Path) -> None:
+            await janitor.build(folder)
+            await janitor.done(folder)
+
+        await asyncio.gather(*(one(f) for f in folders))
+
+    asyncio.run(run())
+    assert events.index(("start", "fast")) < events.index(("end", "slow"))  # side by side
+    assert events.index(("removed", "img-fast")) > events.index(("end", "slow"))  # waited for it
+    assert events[-2:] == [("removed", "img-fast"), ("removed", "img-slow")]
+
+
 @pytest.mark.docker
 def test_pruning_removes_each_groups_images_and_exports_once_its_rows_are_written(tmp_path: Path) -> None:
     """``--prune-images`` on bwrap: the rows are those of a plain run, and afterwards docker has no task's
