@@ -204,6 +204,8 @@ BENCHES: dict[str, Bench] = {
     "faults.json": Bench("Fault suites under load", "python bench/faults.py", render_faults),
     "fork.json": Bench("Sandbox fork", "python bench/fork.py", render_fork),
     "attempts.json": Bench("Attempt groups from one state", "python bench/attempts.py", render_attempts),
+    "harbor.json": Bench("Harbor task images and validation", "python bench/harbor.py --tasks TASKS "
+                         "--task-ids IDS --max-workers 2 --backend docker", render_generic),
     "sandbox_live_bwrap.json": Bench("Sandboxes live at once: bwrap",
                                      "python bench/sandbox.py --live-only --backends bwrap --live 5000",
                                      render_live),
