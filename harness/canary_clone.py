@@ -24,6 +24,8 @@ from decimal import Decimal
 from fractions import Fraction
 from random import Random
 
+from envfarm import pyast
+
 from .canary_place import apply_inserts, group_names, group_spots, vocabulary
 from .canary_sites import SKIPS, calls, escaped, failure_sites, literal_value, plain
 from .canary_types import Canary, Edit, Known, Planting, Source, Style
@@ -39,7 +41,7 @@ def plant(module: str, text: str, style: Style, rng: Random, count: tuple[int, i
           known: Known | None, taken: set[str]) -> Planting | None:
     """Cloned canaries in ``text``; None when the module has no test to derive a must-fail canary from."""
     try:
-        tree = ast.parse(text)
+        tree = pyast.parse(text)
     except (SyntaxError, ValueError):
         return None
     lines = text.splitlines(keepends=True)
@@ -283,7 +285,7 @@ def choose_value(e: Edit, lines: list[str], node: ast.FunctionDef, tree: ast.Mod
         if spelled not in taken:
             taken.append(spelled)
             return (line, c1, line2, c2, spelled)
-    value = ast.literal_eval(text)
+    value = pyast.literal_eval(text)
     for _ in range(100):
         new = _mutate(value, rng, [])
         if _distinct(value, new) and _spell(new, text) not in taken:
@@ -299,7 +301,7 @@ def used_alike(e: Edit, spelled: str, node: ast.FunctionDef) -> bool:
     test exactly when the old value is: a reader of a copy and its original compares the two, and a value
     only the copy's site has marks the copy."""
     try:
-        old, new = ast.literal_eval(e[4]), ast.literal_eval(spelled)
+        old, new = pyast.literal_eval(e[4]), pyast.literal_eval(spelled)
     except (SyntaxError, ValueError):
         return True
     in_test = _literals_all(node)
@@ -314,7 +316,7 @@ def _candidates(e: Edit, lines: list[str], node: ast.FunctionDef, tree: ast.Modu
     word swapped for another word of the module). Otherwise how often a value recurs would tell the copy
     from the original."""
     text = e[4]
-    value = ast.literal_eval(text)
+    value = pyast.literal_eval(text)
     in_test, in_module = _literals_all(node), _literals_all(tree)
     module = "".join(lines)
     words = _words(tree)

@@ -18,6 +18,8 @@ import re
 import string
 from collections.abc import Sequence
 
+from envfarm import pyast
+
 from .canary_types import Edit
 
 SKIPS = frozenset({"skip", "skipTest", "importorskip", "xfail", "fail"})
@@ -203,7 +205,7 @@ def _simple_literal(seg: str, value: object) -> bool:
         text = value.decode("latin-1")
         return seg[:1] in "bB" and seg[1:2] in ("'", '"') and seg[1:] == seg[1] + escaped(text) + seg[1]
     try:
-        return bool(ast.literal_eval(seg) == value)
+        return bool(pyast.literal_eval(seg) == value)
     except (ValueError, SyntaxError):
         return False
 

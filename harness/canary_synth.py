@@ -13,6 +13,8 @@ import re
 from collections.abc import Sequence
 from random import Random
 
+from envfarm import pyast
+
 from .canary_types import Canary, Planting, Style
 
 LOCALS = frozenset({"zero", "acc", "char", "total", "i", "got", "self"})
@@ -43,7 +45,7 @@ def plant(module: str, text: str, style: Style, rng: Random, count: tuple[int, i
 def top_level(text: str) -> list[ast.stmt]:
     """The module's top-level statements; none when it does not parse (canaries then go at the end)."""
     try:
-        return ast.parse(text).body
+        return pyast.parse(text).body
     except (SyntaxError, ValueError):
         return []
 

@@ -59,6 +59,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from random import Random
 
+from envfarm import pyast
+
 from .canary_clone import choose_value, is_literal, negating, used_alike
 from .canary_place import group_names, vocabulary
 from .canary_sites import FLIPS, failure_sites, literal_site
@@ -146,7 +148,7 @@ def plant(module: str, text: str, wanted: Sequence[tuple[str | None, str]], adde
     them as from the honest copy: the copy nearest to the old version would be the honest one)."""
     rng = rng or secrets.SystemRandom()
     try:
-        tree = ast.parse(text)
+        tree = pyast.parse(text)
     except (SyntaxError, ValueError):
         return Planting(text, ())
     lines = text.splitlines(keepends=True)
@@ -178,7 +180,7 @@ def plant(module: str, text: str, wanted: Sequence[tuple[str | None, str]], adde
         for _, start, end, block in sorted(twinned, key=lambda m: -m[1]):
             trial[start:end] = [block]
         try:
-            ast.parse("".join(trial))
+            pyast.parse("".join(trial))
         except (SyntaxError, ValueError):
             continue
         made += twinned
@@ -387,7 +389,7 @@ def old_versions(text: str | None) -> dict[tuple[str | None, str], tuple[str, ..
     """The tokens (:func:`tokens`) of each test function of ``text`` (the module at the base commit), by
     (class, name)."""
     try:
-        tree = ast.parse(text or "")
+        tree = pyast.parse(text or "")
     except (SyntaxError, ValueError):
         return {}
     return {(parent, node.name): tokens(node) for node, parent in _functions(tree)}
@@ -403,7 +405,7 @@ def _fair_to(old: tuple[str, ...] | None, node: ast.FunctionDef | ast.AsyncFunct
 
     def far(text: list[str]) -> int:
         try:
-            parsed = ast.parse(textwrap.dedent("".join(text))).body[0]
+            parsed = pyast.parse(textwrap.dedent("".join(text))).body[0]
         except (SyntaxError, ValueError, IndexError):
             return -1
         return token_distance(old or (), tokens(parsed))

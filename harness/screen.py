@@ -48,6 +48,8 @@ import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from envfarm import pyast
+
 from . import patches, tamper
 
 RULES: dict[str, str] = {
@@ -176,7 +178,7 @@ def screen_source(text: str, path: str) -> list[Suspicion]:
     first = next((line for line in text.splitlines() if line.strip()), "")
     indented = first[:1].isspace()
     try:
-        tree = ast.parse(textwrap.dedent(text))
+        tree = pyast.parse(textwrap.dedent(text))
     except (SyntaxError, ValueError):
         return _regex(text, path)
     return [Suspicion(rule, path, line, detail) for rule, line, detail in _Visitor(not indented).run(tree)]

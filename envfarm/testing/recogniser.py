@@ -33,6 +33,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from envfarm import pyast
 from envfarm.harness.differential import token_distance, tokens
 
 TWIN_TOKENS = 3
@@ -227,7 +228,7 @@ def _distance(a: tuple[str, ...], b: tuple[str, ...]) -> int:
 
 def tests_of(text: str) -> list[Test]:
     try:
-        tree = ast.parse(text)
+        tree = pyast.parse(text)
     except (SyntaxError, ValueError):
         return []
     out: list[Test] = []

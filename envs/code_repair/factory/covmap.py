@@ -33,9 +33,9 @@ from typing import Any
 
 from envfarm.errors import tail
 from envfarm.harness.images import WORKDIR
+from envfarm.pyast import parse
 from envfarm.sandbox import Backend
 
-from .pyast import parse
 from .repo import Project
 from .runner import TestSession
 

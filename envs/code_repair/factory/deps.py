@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 
+from envfarm.pyast import parse
+
 from .discover import Layout
-from .pyast import parse
 from .recipe import Recipe, normalize
 
 log = logging.getLogger(__name__)

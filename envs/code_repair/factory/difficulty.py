@@ -16,8 +16,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from envfarm.pyast import parse
+
 from .mutate import Mutation
-from .pyast import parse
 
 MAX_SCORE = 5
 

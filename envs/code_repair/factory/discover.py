@@ -27,8 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from envfarm.errors import TaskFactoryError
+from envfarm.pyast import parse
 
-from .pyast import parse
 from .recipe import Recipe, in_recipe_file
 from .sdist import PackageSpec
 

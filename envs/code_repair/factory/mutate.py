@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import pairwise
 
-from .pyast import compile_source, parse
+from envfarm.pyast import compile_source, parse
 
 COMPARE_SWAPS = {"<": "<=", "<=": "<", ">": ">=", ">=": ">", "==": "!=", "!=": "==",
                  "is not": "is", "not in": "in", "is": "is not", "in": "not in"}

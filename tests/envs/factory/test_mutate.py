@@ -241,13 +241,3 @@ async def test_a_mutant_that_kills_its_sandbox_is_recorded_crashed(tmp_path: Pat
     assert miner.outcomes[poison.id].verdict == "crashed" and len(opened) == 3  # 2 lost, then the rest
     assert [miner.outcomes[m.id].verdict for m in singles if m != poison] == ["survived"] * 3
     assert len(WorkFolder(tmp_path / "t.jsonl").read_outcomes("pypi__x", "s")) == 4  # resumable
-
-
-def test_every_factory_parse_takes_the_lock() -> None:
-    """CPython 3.11's AST converter is not thread-safe (``SystemError: AST constructor recursion depth
-    mismatch``, seen mining two projects at once): the factory parses only through ``pyast``'s lock."""
-    from envfarm.envs.code_repair import factory
-
-    folder = Path(factory.__file__).parent
-    direct = [p.name for p in folder.glob("*.py") if p.name != "pyast.py" and "ast.parse(" in p.read_text()]
-    assert direct == []

@@ -1,8 +1,9 @@
 """``ast.parse`` and ``compile`` of Python source, safe to call from several threads at once.
 
 CPython 3.11 keeps the AST converter's recursion depth per interpreter, not per thread: two threads parsing
-at once can fail with ``SystemError: AST constructor recursion depth mismatch``. The factory parses on the
-event loop and in worker threads (candidate checks, rows), so every parse goes through one lock here.
+at once can fail with ``SystemError: AST constructor recursion depth mismatch``. The task factory parses on
+the event loop and in worker threads (candidate checks, rows), and the harness grades in worker threads
+(patch screening, canaries, the differential check), so every parse of theirs goes through one lock here.
 """
 
 from __future__ import annotations
@@ -19,6 +20,12 @@ def parse(source: bytes | str) -> ast.Module:
     """``ast.parse(source)`` under the lock (raises SyntaxError/ValueError as ast.parse does)."""
     with _LOCK:
         return ast.parse(source)
+
+
+def literal_eval(source: str) -> object:
+    """``ast.literal_eval(source)`` under the lock (it parses ``source`` first)."""
+    with _LOCK:
+        return ast.literal_eval(source)
 
 
 def compile_source(source: bytes) -> types.CodeType:
