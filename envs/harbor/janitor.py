@@ -13,7 +13,9 @@ of 3,566 tasks would fill any disk. With the janitor:
   wheels is 3 GB, and TermiGen has a hundred such tasks).
 
 Builds run side by side; an image or layer removal waits until no build is in flight (the removals queue
-up meanwhile), so a removal never pulls a layer from under a build and a long build holds no one up.
+up meanwhile), so a removal never pulls a layer from under a build, and a long build holds no one up until
+:data:`QUEUE_LIMIT` removals wait: then new builds wait for the ones in flight, the queue is emptied, and
+they go on (the disk stays bounded however the builds overlap).
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+QUEUE_LIMIT = 8
+"""Removals that may wait for builds in flight before new builds wait for them instead."""
 
 Group = tuple[str, ...]
 Prefix = tuple[tuple[str, tuple[str, ...]], ...]
@@ -74,7 +79,7 @@ class Janitor:
         self._layers: defaultdict[Key, set[str]] = defaultdict(set)
         self._queued: list[tuple[str, str]] = []
         self._building = 0
-        self._lock = asyncio.Lock()
+        self._turn = asyncio.Condition()
 
     @classmethod
     async def plan(cls, folders: Sequence[Path]) -> tuple[list[Path], Janitor]:
@@ -95,13 +100,17 @@ class Janitor:
         def on_layer(kind: str, tag: str) -> None:
             self._layers[next(k for k in _keys(group) if k[0] == kind)].add(tag)
 
-        async with self._lock:
+        async with self._turn:
+            if len(self._queued) >= QUEUE_LIMIT:
+                await self._turn.wait_for(lambda: not self._building)
             await self._remove_queued()
             self._building += 1
         try:
             image = await asyncio.to_thread(ensure_task_image, folder, on_layer=on_layer)
         finally:
-            self._building -= 1
+            async with self._turn:
+                self._building -= 1
+                self._turn.notify_all()
         self._images[folder.name] = image
         return image
 
@@ -124,11 +133,11 @@ class Janitor:
                 freed = await asyncio.to_thread(imagebuild.remove_wheelhouse, key[1])
                 log.info("removed the wheelhouse %s (%d MB)", key[1], freed >> 20)
             self._queued += [(key[0], tag) for tag in sorted(self._layers.pop(key, set()))]
-        async with self._lock:
+        async with self._turn:
             await self._remove_queued()
 
     async def _remove_queued(self) -> None:
-        """The queued images, in order, when no build is in flight (the caller holds the lock)."""
+        """The queued images, in order, when no build is in flight (the caller holds ``_turn``)."""
         from envfarm.sandbox.harbor_image import discard
 
         while self._queued and not self._building:

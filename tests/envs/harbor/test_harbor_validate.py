@@ -219,6 +219,60 @@ def test_the_janitor_builds_side_by_side_and_removes_only_between_builds(
     assert events[-2:] == [("removed", "img-fast"), ("removed", "img-slow")]
 
 
+def test_a_long_build_holds_back_at_most_the_queue_limit_of_removals(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One worker builds for long while the other goes through short tasks: their removals queue up to
+    ``QUEUE_LIMIT``; then the next build waits for the long one, the queue empties, and work goes on."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from harbor_tasks import write_task
+
+    from envfarm.envs.harbor import janitor as janitor_module
+    from envfarm.sandbox import harbor_image
+
+    events: list[tuple[str, str]] = []
+    guard = threading.Lock()
+
+    def build(folder: Path, on_layer: object = None) -> SimpleNamespace:
+        with guard:
+            events.append(("start", folder.name))
+        time.sleep(0.6 if folder.name == "slow" else 0.01)
+        with guard:
+            events.append(("end", folder.name))
+        return SimpleNamespace(tag=f"img-{folder.name}", image_id=f"id-{folder.name}")
+
+    monkeypatch.setattr(harbor_image, "ensure_task_image", build)
+    monkeypatch.setattr(harbor_image, "discard", lambda tag: events.append(("removed", tag)) or 0)
+    monkeypatch.setattr(janitor_module, "QUEUE_LIMIT", 3)
+    slow = write_task(tmp_path, "slow")
+    quick = [write_task(tmp_path, f"quick{i}") for i in range(6)]
+
+    async def run() -> None:
+        _, janitor = await janitor_module.Janitor.plan([slow, *quick])
+
+        async def one(folder: Path) -> None:
+            await janitor.build(folder)
+            await janitor.done(folder)
+
+        async def quick_ones() -> None:
+            await asyncio.sleep(0.05)  # the slow build is in flight first
+            for folder in quick:
+                await one(folder)
+
+        await asyncio.gather(one(slow), quick_ones())
+
+    asyncio.run(run())
+    slow_end = events.index(("end", "slow"))
+    assert [e for e in events[:slow_end] if e[0] == "start" and e[1] != "slow"] == [
+        ("start", f"quick{i}") for i in range(3)]  # three removals queued, the fourth build waited
+    assert [e for e in events[:slow_end] if e[0] == "removed"] == []
+    assert sorted(t for kind, t in events if kind == "removed") == sorted(
+        f"img-{f.name}" for f in [slow, *quick])
+
+
 @pytest.mark.docker
 def test_pruning_removes_each_groups_images_and_exports_once_its_rows_are_written(tmp_path: Path) -> None:
     """``--prune-images`` on bwrap: the rows are those of a plain run, and afterwards docker has no task's
