@@ -474,11 +474,12 @@ def render(t: Translation, tools: tuple[str, ...] = (), skip: int = 0) -> str:
     (:func:`render_pip_layer`), which also set the user and folder they go on in."""
     lines = ["ARG BASE", "FROM ${BASE}", *([] if skip else _head(t))]
     rest = t.steps[skip:]
-    if requirements(rest):
+    pip = bool(requirements(rest))
+    if pip:
         lines.append(f"COPY wheelhouse {WHEELHOUSE_IN_IMAGE}")
     for step in rest:
         lines.append(_render_step(step.kind, step.args))
-    if requirements(rest):
+    if pip:
         lines += ["USER root", f"RUN rm -rf {WHEELHOUSE_IN_IMAGE}"]
         if t.user:
             lines.append(f"USER {t.user}")

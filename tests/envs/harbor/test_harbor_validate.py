@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -174,19 +175,13 @@ def test_the_janitor_runs_small_apt_groups_first(tmp_path: Path) -> None:
     assert {f.name for f in order[:2]} == {"b", "d"} and [f.name for f in order[2:]] == ["a", "c"]
 
 
-def test_the_janitor_builds_side_by_side_and_removes_only_between_builds(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A long build does not hold another back, and a finished task's image is removed only once no build
-    is in flight (a removal must not pull a layer from under one). Builds are stubs: the janitor's order
-    of events is under test; the docker test below prunes for real."""
+def _stub_builds(monkeypatch: pytest.MonkeyPatch, slow_s: float, quick_s: float) -> list[tuple[str, str]]:
+    """Builds that take ``slow_s`` for the task named "slow" and ``quick_s`` for any other, and removals
+    that do nothing: the events, in order, of both ("start"/"end" with the task, "removed" with the tag)."""
     import threading
     import time
     from types import SimpleNamespace
 
-    from harbor_tasks import write_task
-
-    from envfarm.envs.harbor.janitor import Janitor
     from envfarm.sandbox import harbor_image
 
     events: list[tuple[str, str]] = []
@@ -195,23 +190,37 @@ def test_the_janitor_builds_side_by_side_and_removes_only_between_builds(
     def build(folder: Path, on_layer: object = None) -> SimpleNamespace:
         with guard:
             events.append(("start", folder.name))
-        time.sleep(0.4 if folder.name == "slow" else 0.05)
+        time.sleep(slow_s if folder.name == "slow" else quick_s)
         with guard:
             events.append(("end", folder.name))
         return SimpleNamespace(tag=f"img-{folder.name}", image_id=f"id-{folder.name}")
 
     monkeypatch.setattr(harbor_image, "ensure_task_image", build)
     monkeypatch.setattr(harbor_image, "discard", lambda tag: events.append(("removed", tag)) or 0)
+    return events
+
+
+async def _build_and_done(janitor: Any, folder: Path) -> None:
+    await janitor.build(folder)
+    await janitor.done(folder)
+
+
+def test_the_janitor_builds_side_by_side_and_removes_only_between_builds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long build does not hold another back, and a finished task's image is removed only once no build
+    is in flight (a removal must not pull a layer from under one). Builds are stubs: the janitor's order
+    of events is under test; the docker test below prunes for real."""
+    from harbor_tasks import write_task
+
+    from envfarm.envs.harbor.janitor import Janitor
+
+    events = _stub_builds(monkeypatch, slow_s=0.4, quick_s=0.05)
     folders = [write_task(tmp_path, name) for name in ("slow", "fast")]
 
     async def run() -> None:
         _, janitor = await Janitor.plan(folders)
-
-        async def one(folder: Path) -> None:
-            await janitor.build(folder)
-            await janitor.done(folder)
-
-        await asyncio.gather(*(one(f) for f in folders))
+        await asyncio.gather(*(_build_and_done(janitor, f) for f in folders))
 
     asyncio.run(run())
     assert events.index(("start", "fast")) < events.index(("end", "slow"))  # side by side
@@ -224,28 +233,11 @@ def test_a_long_build_holds_back_at_most_the_queue_limit_of_removals(
 ) -> None:
     """One worker builds for long while the other goes through short tasks: their removals queue up to
     ``QUEUE_LIMIT``; then the next build waits for the long one, the queue empties, and work goes on."""
-    import threading
-    import time
-    from types import SimpleNamespace
-
     from harbor_tasks import write_task
 
     from envfarm.envs.harbor import janitor as janitor_module
-    from envfarm.sandbox import harbor_image
 
-    events: list[tuple[str, str]] = []
-    guard = threading.Lock()
-
-    def build(folder: Path, on_layer: object = None) -> SimpleNamespace:
-        with guard:
-            events.append(("start", folder.name))
-        time.sleep(0.6 if folder.name == "slow" else 0.01)
-        with guard:
-            events.append(("end", folder.name))
-        return SimpleNamespace(tag=f"img-{folder.name}", image_id=f"id-{folder.name}")
-
-    monkeypatch.setattr(harbor_image, "ensure_task_image", build)
-    monkeypatch.setattr(harbor_image, "discard", lambda tag: events.append(("removed", tag)) or 0)
+    events = _stub_builds(monkeypatch, slow_s=0.6, quick_s=0.01)
     monkeypatch.setattr(janitor_module, "QUEUE_LIMIT", 3)
     slow = write_task(tmp_path, "slow")
     quick = [write_task(tmp_path, f"quick{i}") for i in range(6)]
@@ -253,16 +245,12 @@ def test_a_long_build_holds_back_at_most_the_queue_limit_of_removals(
     async def run() -> None:
         _, janitor = await janitor_module.Janitor.plan([slow, *quick])
 
-        async def one(folder: Path) -> None:
-            await janitor.build(folder)
-            await janitor.done(folder)
-
         async def quick_ones() -> None:
             await asyncio.sleep(0.05)  # the slow build is in flight first
             for folder in quick:
-                await one(folder)
+                await _build_and_done(janitor, folder)
 
-        await asyncio.gather(one(slow), quick_ones())
+        await asyncio.gather(_build_and_done(janitor, slow), quick_ones())
 
     asyncio.run(run())
     slow_end = events.index(("end", "slow"))
