@@ -260,8 +260,10 @@ def wheelhouses(t: Translation) -> tuple[str, ...]:
 
 
 def _wheels(python: str, glibc: str, steps: tuple[Step, ...]) -> str:
-    """The wheelhouse folder's name for the pip steps among ``steps``."""
-    digest = hashlib.sha256(f"{python}\0{glibc}\0{requirements(steps)}".encode())
+    """The wheelhouse folder's name for the pip steps among ``steps`` (and the CPU build of torch it takes,
+    ``imagebuild.cpu_torch``)."""
+    torch = imagebuild.cpu_torch(python)
+    digest = hashlib.sha256(f"{python}\0{glibc}\0{requirements(steps)}\0{torch}".encode())
     return f"harbor-{digest.hexdigest()[:12]}"
 
 

@@ -1,7 +1,8 @@
 """``docker build`` of a layered image with no network: Python packages come from a host-side wheelhouse.
 
     pip download (on the host, for the image's Python and glibc;  ->  config.home()/wheelhouse/<hash>/
-                  sdists where a package has no such wheel)
+                  sdists where a package has no such wheel;
+                  torch as the CPU build on pip's find-links)
     temp build context = images/<name>/* + wheelhouse/            ->  docker build, network_mode="none"
 
 Callers go through :func:`envfarm.sandbox.images.build_image`; this module does the two steps.
@@ -9,10 +10,12 @@ Callers go through :func:`envfarm.sandbox.images.build_image`; this module does 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import zipfile
@@ -26,6 +29,7 @@ import requests
 from docker.errors import DockerException
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from envfarm import config
 from envfarm.errors import ImageBuildError, tail
@@ -99,7 +103,7 @@ def wheelhouse(spec: LayerSpec, progress: ProgressFn | None = None) -> Path:
     try:
         req = spec.folder / "requirements.txt"
         if _has_requirements(req):
-            _download(req, tmp, spec, progress)
+            _download_preferring_cpu(req, tmp, spec, progress)
         tmp.chmod(0o755)
         try:
             tmp.rename(dest)  # atomic: a wheelhouse folder exists only when complete
@@ -131,7 +135,56 @@ def platforms(glibc: str, arch: str | None = None) -> list[str]:
     return [*tags, f"manylinux2014_{arch}", "any"]
 
 
-def _download(req: Path, dest: Path, spec: LayerSpec, progress: ProgressFn | None) -> None:
+def _download_preferring_cpu(req: Path, dest: Path, spec: LayerSpec, progress: ProgressFn | None) -> None:
+    """:func:`_download` with torch held to the CPU build on the host's find-links (:func:`cpu_torch`):
+    sandboxes have no GPU, and the default build brings 3 GB of CUDA wheels into every image that installs
+    torch. A requirement the CPU build does not satisfy (``torch<2``) fails that download; then torch comes
+    as the requirements ask."""
+    pin = cpu_torch(spec.python)
+    if pin is None:
+        _download(req, dest, spec, progress)
+        return
+    with tempfile.TemporaryDirectory(prefix="envfarm-constraints-") as tmp:
+        constraints = Path(tmp) / "cpu-torch.txt"
+        constraints.write_text(f"torch=={pin}\n", encoding="utf-8")
+        try:
+            _download(req, dest, spec, progress, ("-c", str(constraints)))
+            return
+        except ImageBuildError as e:
+            if "torch" not in str(e):
+                raise
+            log.warning("the CPU build of torch (%s) does not fit %s; downloading torch as asked", pin, req)
+    for path in dest.iterdir():
+        path.unlink()
+    _download(req, dest, spec, progress)
+
+
+@functools.cache
+def cpu_torch(python: str) -> str | None:
+    """The newest CPU build of torch for CPython ``python`` on this machine's pip find-links (``2.13.0+cpu``
+    from ``torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl``), or None."""
+    tag = "cp" + python.replace(".", "")
+    found = []
+    for folder in find_links():
+        for wheel in Path(folder).glob(f"torch-*+cpu-{tag}-{tag}-*{platform.machine()}.whl"):
+            found.append(Version(wheel.name.split("-")[1]))
+    return str(max(found)) if found else None
+
+
+def find_links() -> list[str]:
+    """The local folders pip's ``find-links`` names (its environment and its config files)."""
+    res = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
+                         check=False)
+    folders = []
+    for line in res.stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key.endswith(".find-links"):
+            folders += [f for f in value.strip("'\"").split() if Path(f).is_dir()]
+    return list(dict.fromkeys(folders))
+
+
+def _download(req: Path, dest: Path, spec: LayerSpec, progress: ProgressFn | None,
+              pins: tuple[str, ...] = ()) -> None:
     """Binary wheels for the image's Python and glibc; what has none comes as an sdist built in the image.
 
     1. ``pip download --only-binary=:all: --python-version X --platform manylinux...`` for the whole file;
@@ -141,7 +194,8 @@ def _download(req: Path, dest: Path, spec: LayerSpec, progress: ProgressFn | Non
        not gets its sdist (``--no-deps``), plus setuptools and wheel so ``pip install`` in the image (no
        network, ``--find-links``) can build it there, with the image's Python and compilers.
     """
-    strict = ["download", "--only-binary=:all:", "--python-version", spec.python, "--implementation", "cp"]
+    strict = ["download", "--only-binary=:all:", "--python-version", spec.python, "--implementation", "cp",
+              *pins]
     for tag in platforms(spec.glibc):
         strict += ["--platform", tag]
     strict += ["-d", str(dest)]
@@ -155,7 +209,7 @@ def _download(req: Path, dest: Path, spec: LayerSpec, progress: ProgressFn | Non
     if host == spec.python:
         log.warning("some requirements in %s have no wheel for Python %s; building them here", req, host)
         try:
-            _pip(["wheel", "-w", str(dest), "-r", str(req)], progress)
+            _pip(["wheel", *pins, "-w", str(dest), "-r", str(req)], progress)
         except ImageBuildError as e:
             raise ImageBuildError(f"{first}\nthe fallback failed too:\n{e}") from e
         _complete(dest, strict, spec, progress)  # the host's x.y.z markers are not the image's x.y.0

@@ -64,3 +64,52 @@ def test_host_wheels_are_completed_with_the_images_markers(tmp_path: Path,
     assert [c[0] for c in calls] == ["download", "wheel", "download"], calls
     assert "async-timeout>=4.0.3" in calls[-1], calls[-1]
     assert imagebuild.missing_requirements(tmp_path / "wh", host) == []
+
+
+@pytest.mark.skipif(imagebuild.cpu_torch("3.11") is None, reason="no CPU build of torch on pip's find-links")
+def test_torch_comes_as_the_cpu_build_on_the_find_links(tmp_path: Path) -> None:
+    """A sandbox has no GPU: ``torch`` asked for by name fills the wheelhouse with the CPU build found on the
+    host's find-links, not the default build and its 3 GB of CUDA wheels."""
+    (tmp_path / "req.txt").write_text("torch\n")
+    (tmp_path / "wh").mkdir()
+    spec = LayerSpec(tmp_path, "t", "b", {}, "h", "3.11", "2.36")
+    imagebuild._download_preferring_cpu(tmp_path / "req.txt", tmp_path / "wh", spec, None)
+    names = sorted(p.name for p in (tmp_path / "wh").iterdir())
+    assert [n for n in names if n.startswith("torch-")] == [
+        f"torch-{imagebuild.cpu_torch('3.11')}-cp311-cp311-manylinux_2_28_x86_64.whl"], names
+    assert not [n for n in names if n.startswith("nvidia")], names
+    assert imagebuild.missing_requirements(tmp_path / "wh", "3.11") == []
+
+
+def test_a_requirement_the_cpu_build_does_not_fit_gets_torch_as_asked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``torch<2`` conflicts with the CPU pin: the pinned download's partial wheels are dropped and the
+    requirements are downloaded again unpinned; a failure that is not about torch is raised as is."""
+    monkeypatch.setattr(imagebuild, "cpu_torch", lambda python: "2.13.0+cpu")
+    calls: list[tuple[str, ...]] = []
+
+    def download(req: Path, into: Path, spec: object, progress: object, pins: tuple[str, ...] = ()) -> None:
+        calls.append(pins)
+        if pins:
+            assert Path(pins[1]).read_text() == "torch==2.13.0+cpu\n"
+            (into / "partial.whl").write_bytes(b"")
+            raise imagebuild.ImageBuildError(f"{req.read_text().strip()} conflicts with torch==2.13.0+cpu")
+        (into / "torch-1.13.1-cp311-cp311-manylinux1_x86_64.whl").write_bytes(b"")
+
+    monkeypatch.setattr(imagebuild, "_download", download)
+    spec = LayerSpec(tmp_path, "t", "b", {}, "h", "3.11", "2.36")
+    (tmp_path / "req.txt").write_text("torch<2\n")
+    (tmp_path / "wh").mkdir()
+    imagebuild._download_preferring_cpu(tmp_path / "req.txt", tmp_path / "wh", spec, None)
+    assert [bool(p) for p in calls] == [True, False]
+    assert [p.name for p in (tmp_path / "wh").iterdir()] == ["torch-1.13.1-cp311-cp311-manylinux1_x86_64.whl"]
+    calls.clear()
+    (tmp_path / "req.txt").write_text("no-such-package\n")
+    monkeypatch.setattr(imagebuild, "_download", lambda *a: (calls.append(a[4]), _fail("no-such-package")))
+    with pytest.raises(imagebuild.ImageBuildError, match="no matching distribution for no-such-package"):
+        imagebuild._download_preferring_cpu(tmp_path / "req.txt", tmp_path / "wh", spec, None)
+    assert len(calls) == 1  # not retried: the failure is not about torch
+
+
+def _fail(name: str) -> None:
+    raise imagebuild.ImageBuildError(f"no matching distribution for {name}")
