@@ -154,11 +154,8 @@ def _download_preferring_cpu(req: Path, dest: Path, spec: LayerSpec, progress: P
             if "torch" not in str(e):
                 raise
             log.warning("the CPU build of torch (%s) does not fit %s; downloading torch as asked", pin, req)
-    for path in dest.iterdir():  # what the pinned attempt left
-        if path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
+    shutil.rmtree(dest)  # what the pinned attempt left
+    dest.mkdir()
     _download(req, dest, spec, progress)
 
 
