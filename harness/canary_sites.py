@@ -16,6 +16,7 @@ import builtins
 import math
 import re
 import string
+import weakref
 from collections.abc import Sequence
 
 from envfarm import pyast
@@ -101,17 +102,29 @@ dicts' ``KeyError``/``AttributeError``): a swap never goes from one of them to a
 code raises might be both."""
 
 
+_FREE: weakref.WeakKeyDictionary[ast.Module, dict[str, bool]] = weakref.WeakKeyDictionary()
+"""``_free_exceptions`` per parsed module (every test of a module asks; one walk of the tree serves)."""
+
+
 def _free_exceptions(tree: ast.Module) -> dict[str, bool]:
     """Built-in exception classes the module does not rebind: those it names (True), ``OTHER_ERRORS``."""
-    bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    if (known := _FREE.get(tree)) is not None:
+        return known
+    bound: set[str] = set()
+    used: set[str] = set()
     for n in ast.walk(tree):
-        if isinstance(n, (ast.Import, ast.ImportFrom)):
+        if isinstance(n, ast.Name):
+            used.add(n.id)
+            if isinstance(n.ctx, ast.Store):
+                bound.add(n.id)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
             bound |= {(a.asname or a.name).split(".")[0] for a in n.names}
         elif isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
             bound.add(n.name)
-    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-    return {name: name in used for name in sorted(used | set(OTHER_ERRORS))
+    free = {name: name in used for name in sorted(used | set(OTHER_ERRORS))
             if name not in bound and _error(name) is not None}
+    _FREE[tree] = free
+    return free
 
 
 def _error(name: str) -> type[BaseException] | None:

@@ -79,6 +79,8 @@ class Test:
     """Position in the module (order of definition)."""
     statements: tuple[int, ...] = ()
     """A hash of each statement of the body's tokens."""
+    parts: tuple[tuple[str, ...], ...] = ()
+    """Each statement of the body's tokens."""
 
 
 def judge(planted: str, head: str | None, strong: bool = True) -> dict[Key, Judgement]:
@@ -90,12 +92,13 @@ def judge(planted: str, head: str | None, strong: bool = True) -> dict[Key, Judg
     seen_names = {k[1] for k in seen}
     near = _one_statement_apart if strong else _few_tokens_apart
     twins = {t.key: [u for u in tests if u is not t and u.key[0] == t.key[0] and near(t, u)] for t in tests}
-    lean = {t.key: sum(_direction(t, u, planted) - _direction(u, t, planted) for u in twins[t.key])
-            for t in tests}
+    diffs = {(t.key, u.key): _diff(t, u) for t in tests for u in twins[t.key]}
+    lean = {t.key: sum(_direction(t, u, diffs[t.key, u.key], planted)
+                       - _direction(u, t, diffs[u.key, t.key], planted) for u in twins[t.key]) for t in tests}
     if strong:
         for t in tests:
-            lean[t.key] += sum(NAME_SPREAD * _name_distance(t, u) + REPEAT * (_repeats(t, u) - _repeats(u, t))
-                               for u in twins[t.key])
+            lean[t.key] += sum(NAME_SPREAD * _name_distance(t, u) + REPEAT * (
+                diffs[t.key, u.key].repeats - diffs[u.key, t.key].repeats) for u in twins[t.key])
         for key in _nearest_to_old(tests, tests_of(head or ""), seen_names):
             lean[key] -= OLD_VERSION
     return {t.key: _judge_one(t, twins[t.key], lean, seen, seen_names) for t in tests}
@@ -122,9 +125,40 @@ def _judge_one(t: Test, twins: Sequence[Test], lean: dict[Key, float], seen: dic
     return Judgement(cls, name, canary, lean[t.key] - lean[rival.key], f"against its twin {rival.key[1]}")
 
 
-def _direction(t: Test, u: Test, module: str) -> float:
+@dataclass(frozen=True)
+class Diff:
+    """How one test differs from another (one token diff serves the pair, both ways)."""
+
+    mine: tuple[str, ...]
+    """Its tokens left unmatched by the other's."""
+    theirs: tuple[str, ...]
+    repeats: int
+    """Runs of tokens it has and the other lacks that occur more than once in it (``[a, a, b]`` against
+    ``[a, b]``: the copy repeats an element)."""
+
+
+def _diff(t: Test, u: Test) -> Diff:
+    """``t`` against ``u``: from the token diff of the earlier-defined of the two, so that both directions
+    read the same alignment."""
+    a, b, swap = (t, u, False) if t.index <= u.index else (u, t, True)
+    ops = difflib.SequenceMatcher(None, a.tokens, b.tokens, autojunk=False).get_opcodes()
+    left = [a.tokens[i1:i2] for op, i1, i2, _, _ in ops if op != "equal"]
+    right = [b.tokens[j1:j2] for op, _, _, j1, j2 in ops if op != "equal"]
+    lone_a = [a.tokens[i1:i2] for op, i1, i2, _, _ in ops if op == "delete"]
+    lone_b = [b.tokens[j1:j2] for op, _, _, j1, j2 in ops if op == "insert"]
+    if swap:
+        left, right, lone_a, a = right, left, lone_b, b
+    return Diff(tuple(x for run in left for x in run), tuple(x for run in right for x in run),
+                sum(_occurs(a.tokens, run) > 1 for run in lone_a if run))
+
+
+def _occurs(seq: tuple[str, ...], run: tuple[str, ...]) -> int:
+    return sum(seq[i:i + len(run)] == run for i in range(len(seq) - len(run) + 1))
+
+
+def _direction(t: Test, u: Test, diff: Diff, module: str) -> float:
     """How much ``t`` looks like the altered copy of ``u`` (not symmetric; the caller subtracts)."""
-    mine, theirs = _differing(t.tokens, u.tokens), _differing(u.tokens, t.tokens)
+    mine, theirs = diff.mine, diff.theirs
     score = 0.0
     if any(x in NEGATED for x in mine) and not any(x in NEGATED for x in theirs):
         score += 1.0
@@ -180,23 +214,12 @@ def _one_statement_apart(t: Test, u: Test) -> bool:
     if len(apart) != 1:
         return False
     i = apart[0]
-    return _distance(tokens(t.node.body[i]), tokens(u.node.body[i])) <= 2 * TWIN_TOKENS
+    return _distance(t.parts[i], u.parts[i]) <= 2 * TWIN_TOKENS
 
 
 def _appended(t: Test, u: Test) -> bool:
     """``t`` is ``u`` with one statement more at the end (the differential check's last-resort decoy)."""
     return len(t.statements) == len(u.statements) + 1 and t.statements[:-1] == u.statements
-
-
-def _repeats(t: Test, u: Test) -> int:
-    """Runs of tokens ``t`` has and ``u`` lacks that occur more than once in ``t`` (``[a, a, b]`` against
-    ``[a, b]``: the copy repeats an element)."""
-    out = 0
-    for op, i1, i2, _, _ in difflib.SequenceMatcher(None, t.tokens, u.tokens, autojunk=False).get_opcodes():
-        run = t.tokens[i1:i2]
-        if op == "delete" and run:
-            out += sum(t.tokens[i:i + len(run)] == run for i in range(len(t.tokens) - len(run) + 1)) > 1
-    return out
 
 
 def _name_distance(t: Test, u: Test) -> float:
@@ -209,15 +232,6 @@ def name_words(name: str) -> list[str]:
     """The words of a test name after its ``test`` prefix (snake or camel case), lower case."""
     rest = re.sub(r"^test_*", "", name, flags=re.I)
     return [w.lower() for w in re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+", rest)]
-
-
-def _differing(a: tuple[str, ...], b: tuple[str, ...]) -> list[str]:
-    """Tokens of ``a`` not matched in ``b``."""
-    out: list[str] = []
-    for op, i1, i2, _, _ in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if op != "equal":
-            out += a[i1:i2]
-    return out
 
 
 def _distance(a: tuple[str, ...], b: tuple[str, ...]) -> int:
@@ -234,16 +248,17 @@ def tests_of(text: str) -> list[Test]:
     out: list[Test] = []
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
-            out.append(Test((None, node.name), node, tokens(node), len(out), _statements(node)))
+            out.append(_test((None, node.name), node, len(out)))
         elif isinstance(node, ast.ClassDef):
             for f in node.body:
                 if isinstance(f, ast.FunctionDef) and f.name.startswith("test"):
-                    out.append(Test((node.name, f.name), f, tokens(f), len(out), _statements(f)))
+                    out.append(_test((node.name, f.name), f, len(out)))
     return out
 
 
-def _statements(node: ast.FunctionDef) -> tuple[int, ...]:
-    return tuple(hash(tokens(x)) for x in node.body)
+def _test(key: Key, node: ast.FunctionDef, index: int) -> Test:
+    parts = tuple(tokens(x) for x in node.body)
+    return Test(key, node, tokens(node), index, tuple(hash(p) for p in parts), parts)
 
 
 def _arithmetic_only(node: ast.FunctionDef) -> bool:
