@@ -92,13 +92,19 @@ def judge(planted: str, head: str | None, strong: bool = True) -> dict[Key, Judg
     seen_names = {k[1] for k in seen}
     near = _one_statement_apart if strong else _few_tokens_apart
     twins = {t.key: [u for u in tests if u is not t and u.key[0] == t.key[0] and near(t, u)] for t in tests}
-    diffs = {(t.key, u.key): _diff(t, u) for t in tests for u in twins[t.key]}
-    lean = {t.key: sum(_direction(t, u, diffs[t.key, u.key], planted)
-                       - _direction(u, t, diffs[u.key, t.key], planted) for u in twins[t.key]) for t in tests}
+    diffs: dict[tuple[Key, Key], Diff] = {}
+
+    def diff(t: Test, u: Test) -> Diff:
+        if (t.key, u.key) not in diffs:
+            diffs[t.key, u.key] = _diff(t, u)
+        return diffs[t.key, u.key]
+
+    lean = {t.key: sum(_direction(t, u, diff(t, u), planted) - _direction(u, t, diff(u, t), planted)
+                       for u in twins[t.key]) for t in tests}
     if strong:
         for t in tests:
             lean[t.key] += sum(NAME_SPREAD * _name_distance(t, u) + REPEAT * (
-                diffs[t.key, u.key].repeats - diffs[u.key, t.key].repeats) for u in twins[t.key])
+                diff(t, u).repeats - diff(u, t).repeats) for u in twins[t.key])
         for key in _nearest_to_old(tests, tests_of(head or ""), seen_names):
             lean[key] -= OLD_VERSION
     return {t.key: _judge_one(t, twins[t.key], lean, seen, seen_names) for t in tests}
