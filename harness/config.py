@@ -66,6 +66,12 @@ class HarnessConfig(BaseModel):
     """Twin up to 8 FAIL_TO_PASS tests per run with a perturbed copy that must fail, and make an instance
     whose perturbed twin of a passing test passed unresolved (differential.py; its own check, apart from
     the canaries); off for comparisons and cost measurements only."""
+    decoy_pool: Path | None = None
+    """A ``decoys.json`` written by ``harness validate``: a twinned test with no expected literal draws its
+    decoys from the edits gold failed there (decoy_pool.py; opt-in: another correct fix may pass one)."""
+    probe_decoys: bool = False
+    """Also plant candidate decoys at any literal of each twinned test, tried but never judged; their
+    outcomes go to the report (``harness validate`` sets it on its gold runs to build decoys.json)."""
     strict: bool = False
     """Make an instance whose model patch is suspect (static screening, ``screen.py``: it reaches for the test
     framework's internals, sys.modules, an exit at import, tracing hooks...) unresolved; by default the report

@@ -66,6 +66,7 @@ from .canary_place import group_names, vocabulary
 from .canary_sites import FLIPS, failure_sites, literal_site
 from .canary_types import Edit as SiteEdit
 from .canary_types import added_tests
+from .decoy_pool import PROBE, PROBE_SITES, VALIDATED, PoolSite, Probe
 
 NAME = "differential"
 MAX_TWINS = 8
@@ -103,7 +104,10 @@ class Twin:
     honest: str
     decoy: str
     how: str
-    """The decoy's perturbation: "literal", "negated" or "appended"."""
+    """The decoy's perturbation: "literal", "validated" (from the pool), "swapped", "negated" or
+    "appended"; "probe": a candidate tried for the pool, never judged (``decoy_pool.py``)."""
+    edit: str = ""
+    """A probe's edit (``decoy_pool.Probe.key``)."""
 
 
 @dataclass(frozen=True)
@@ -137,7 +141,8 @@ def targets_in(module: str, names: Iterable[str]) -> list[tuple[str | None, str]
 
 def plant(module: str, text: str, wanted: Sequence[tuple[str | None, str]], added: Iterable[str] = (),
           rng: Random | None = None, limit: int = MAX_TWINS, reserved: Iterable[str] = (),
-          then: Sequence[tuple[str | None, str]] = (), before: str | None = None) -> Planting:
+          then: Sequence[tuple[str | None, str]] = (), before: str | None = None, *,
+          pool: Sequence[PoolSite] = (), probe: bool = False) -> Planting:
     """Replace up to ``limit`` tests of ``wanted`` (picked at random), then of ``then`` while the limit
     allows, found in ``text`` by their honest copy and their decoys, in random order. ``added``: the lines
     test_patch added to the module (their assertions are perturbed first); ``reserved``: names the copies
@@ -145,7 +150,9 @@ def plant(module: str, text: str, wanted: Sequence[tuple[str | None, str]], adde
     copies under other names (must-pass canaries) has each copy twinned with the same decoy values:
     otherwise the value two copies share would be the honest one. ``before``: the module as the repository
     has it (a test test_patch edits in place gets decoys only where its old version is as far from each of
-    them as from the honest copy: the copy nearest to the old version would be the honest one)."""
+    them as from the honest copy: the copy nearest to the old version would be the honest one). ``pool``:
+    the module's sites gold was seen to fail, drawn on where a test has no expected literal; ``probe``:
+    also plant candidates for the pool (``decoy_pool.py``)."""
     rng = rng or secrets.SystemRandom()
     try:
         tree = pyast.parse(text)
@@ -168,14 +175,19 @@ def plant(module: str, text: str, wanted: Sequence[tuple[str | None, str]], adde
         if len(made) >= limit or id(node) in done or not _twinnable(node, lines):
             continue
         sites = failure_sites(node, lines, tree)  # type: ignore[arg-type]
-        fair = _fair_to(old.get((parents[id(node)], node.name)), node, lines)
+        cls = parents[id(node)]
+        fair = _fair_to(old.get((cls, node.name)), node, lines)
+        mine = [s for s in pool if (s.cls, s.func) == (cls, node.name)]
         decoys = (_shared_decoys(node, funcs, lines, sites, tree, rng, fair)
-                  or _decoys(node, lines, sites, tree, added_set, rng, fair))
+                  or _decoys(node, lines, sites, tree, added_set, rng, fair, mine))
         if decoys is None:
             continue
+        variants = [(edits, decoys[1], "") for edits in decoys[0]]
+        probes = _probes(node, cls, lines, tree, fair, variants) if probe else []
         copies = [n for n in funcs if n is not node and id(n) not in done and _same_code(n, node, lines)]
         group = [node, *copies]
-        twinned = [_twin(module, n, node, lines, tree, decoys, taken, rng) for n in group]
+        twinned = [_twin(module, n, node, lines, tree, variants + (probes if n is node else []), taken, rng)
+                   for n in group]
         trial = list(lines)
         for _, start, end, block in sorted(twinned, key=lambda m: -m[1]):
             trial[start:end] = [block]
@@ -240,6 +252,8 @@ def verdict(twins: Sequence[Twin], status: Mapping[str, str]) -> tuple[bool, str
         return True, "skipped: no FAIL_TO_PASS test could be twinned"
     caught, checked = [], 0
     for t in twins:
+        if t.how == PROBE:
+            continue
         decoys = {k: v for k, v in status.items() if _func_of(k) == t.decoy}
         honest = {k: v for k, v in status.items() if _func_of(k) == t.test and _in_module(k, t.module)}
         for key, outcome in honest.items():
@@ -260,6 +274,21 @@ def verdict(twins: Sequence[Twin], status: Mapping[str, str]) -> tuple[bool, str
     if not checked:
         return True, f"{len(twins)} twin(s) planted; none of the twinned tests passed, nothing to compare"
     return True, f"{checked} passing test(s) checked against their perturbed twins; every twin failed"
+
+
+def probed(twins: Sequence[Twin], status: Mapping[str, str]) -> tuple[tuple[str, str, bool], ...]:
+    """Each probe whose honest twin passed, as (module, edit key, whether the probe failed wherever the
+    honest copy passed): the evidence ``decoy_pool.gather`` keeps (``status``: the renamed log's)."""
+    out = []
+    for t in twins:
+        if t.how != PROBE:
+            continue
+        honest = [k for k, v in status.items() if _func_of(k) == t.test and _in_module(k, t.module)
+                  and v in PASSING]
+        if honest:
+            failed = all(status.get(_swap(k, t.test, t.decoy)) in FAILING for k in honest)
+            out.append((t.module, t.edit, failed))
+    return tuple(out)
 
 
 def added_lines(test_patch: str, module: str) -> list[str]:
@@ -352,22 +381,21 @@ def _same_code(n: ast.FunctionDef | ast.AsyncFunctionDef, node: ast.FunctionDef 
 
 def _twin(module: str, node: ast.FunctionDef | ast.AsyncFunctionDef,
           origin: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], tree: ast.Module,
-          decoys: tuple[list[list[Edit]], str], taken: set[str], rng: Random
-          ) -> tuple[tuple[Twin, ...], int, int, str]:
-    """The honest copy and the decoys of ``node`` (``origin`` or a copy of it, line for line: ``decoys``
+          variants: list[Variant], taken: set[str], rng: Random) -> tuple[tuple[Twin, ...], int, int, str]:
+    """The honest copy and the decoys of ``node`` (``origin`` or a copy of it, line for line: ``variants``
     are edits of ``origin``), the line range they replace and the replacement text."""
     start, end = _span(node)
     shift = start - _span(origin)[0]
     original = lines[start:end]
-    variants, how = decoys
     def_row = node.lineno - 1 - start
     names = group_names(node.name, len(variants) + 1, vocabulary(tree), node, tree, rng, taken)  # type: ignore[arg-type]
     honest_name = names[0]
     copies = [(honest_name, original)]
-    for edits, name in zip(variants, names[1:], strict=True):
+    for (edits, _, _), name in zip(variants, names[1:], strict=True):
         moved = [(index + shift, a, b, new) for index, a, b, new in edits]
         copies.append((name, _edit(original, start, moved)))
-    twins = tuple(Twin(node.name, module, honest_name, name, how) for name, _ in copies[1:])
+    twins = tuple(Twin(node.name, module, honest_name, name, how, key)
+                  for (_, how, key), (name, _) in zip(variants, copies[1:], strict=True))
     rng.shuffle(copies)
     gap = "\n" if node.col_offset else "\n\n"
     block = gap.join("".join(_rename(text, def_row, node.name, name)).rstrip("\n") + "\n"
@@ -377,6 +405,8 @@ def _twin(module: str, node: ast.FunctionDef | ast.AsyncFunctionDef,
 
 Edit = tuple[int, int, int, str]
 """(line index, start byte, end byte, new text): a splice into one line (UTF-8 byte columns, as ast gives)."""
+Variant = tuple[list[Edit], str, str]
+"""A decoy: its edits, how it was made (``Twin.how``), a probe's edit key (else "")."""
 Site = tuple[SiteEdit, ...]
 """A place ``canary_sites.failure_sites`` finds to make a test fail: its edits."""
 
@@ -519,13 +549,13 @@ def _constant_diffs(a: ast.AST, b: ast.AST) -> list[tuple[ast.Constant, ast.Cons
 
 
 def _decoys(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], failing: Sequence[Site],
-            tree: ast.Module, added: set[str], rng: Random, fair: Fair
-            ) -> tuple[list[list[Edit]], str] | None:
+            tree: ast.Module, added: set[str], rng: Random, fair: Fair,
+            pool: Sequence[PoolSite] = ()) -> tuple[list[list[Edit]], str] | None:
     """The decoys' edits (one list per decoy) and how they were made, at a place a must-fail canary could be
     made wrong (``canary_sites.failure_sites``): up to :data:`DECOYS` values of one expected literal (one on
     a line test_patch added first), else one other wrong form of an assertion (one without an added ``not``
     first: the member of a pair with the negated form is the copy to a reader), else one failing assertion
-    appended."""
+    appended. Before the other forms: decoys from ``pool``, the test's sites gold failed (:func:`_pooled`)."""
     sites = [site for site in failing if all(e[0] == e[2] for e in site)]
     literal = [site for site in sites if is_literal(site, lines)]
     # the last literal on a line test_patch added: the unfixed code is likeliest to fail there or before,
@@ -539,6 +569,8 @@ def _decoys(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], fail
         variants = [[(edit[0] - 1, edit[1], edit[3], v)] for v in values]
         if values and fair(variants):
             return variants, "literal"
+    if (from_pool := _pooled(node, lines, pool, rng, fair)) is not None:
+        return from_pool
     # a literal site's edit holds the old value (a new one is chosen per copy above): as a form of its own
     # it would be the honest copy again, a decoy that passes
     formed = [site for site in sites if not is_literal(site, lines)]
@@ -554,6 +586,74 @@ def _decoys(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], fail
     line = f"{indent}assert not isinstance({bound}, object)\n"
     index = (last.end_lineno or last.lineno) - 1
     return [[(index, len(lines[index].rstrip("\r\n").encode()), -1, "\n" + line.rstrip("\n"))]], "appended"
+
+
+def _pooled(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], sites: Sequence[PoolSite],
+            rng: Random, fair: Fair) -> tuple[list[list[Edit]], str] | None:
+    """Decoys from the pool: a site at random whose literal is still where the pool says, up to
+    :data:`DECOYS` of the values gold failed there."""
+    order = list(sites)
+    rng.shuffle(order)
+    for site in order:
+        index = node.lineno - 1 + site.row
+        if not node.lineno - 1 <= index < (node.end_lineno or node.lineno):
+            continue
+        if lines[index].encode()[site.start:site.end].decode(errors="replace") != site.old:
+            continue
+        values = list(dict.fromkeys(v for v in site.values if v != site.old))
+        rng.shuffle(values)
+        variants = [[(index, site.start, site.end, v)] for v in values[:DECOYS]]
+        if variants and fair(variants):
+            return variants, VALIDATED
+    return None
+
+
+def _probes(node: ast.FunctionDef | ast.AsyncFunctionDef, cls: str | None, lines: list[str], tree: ast.Module,
+            fair: Fair, decoys: Sequence[Variant]) -> list[Variant]:
+    """Candidates for the pool: up to :data:`PROBE_SITES` literals of the test's reached statements (not
+    the decoys' own), each with up to :data:`DECOYS` values chosen as a decoy's are, drawn from a seed of
+    the test's name (every gold run tries the same sites)."""
+    rng = Random(f"probe:{cls}:{node.name}")
+    used = {(e[0], e[1]) for edits, _, _ in decoys for e in edits}
+    sites = [e for e in _literal_sites(node, lines) if (e[0] - 1, e[1]) not in used]
+    rng.shuffle(sites)
+    out: list[Variant] = []
+    tried = 0
+    for site in sites:
+        if tried >= PROBE_SITES:
+            break
+        taken = [site[4]]
+        for _ in range(DECOYS):
+            choose_value(site, lines, node, tree, rng, taken)  # type: ignore[arg-type]
+        values = _alike(site, [v for v in dict.fromkeys(taken[1:]) if v != site[4]], node)
+        variants = [[(site[0] - 1, site[1], site[3], v)] for v in values]
+        if not values or not fair(variants):
+            continue
+        tried += 1
+        where = (cls, node.name, site[0] - node.lineno, site[1], site[3], site[4])
+        out += [(edits, PROBE, Probe(*where, v).key()) for edits, v in zip(variants, values, strict=True)]
+    return out
+
+
+def _literal_sites(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str]) -> list[SiteEdit]:
+    """Every one-line int, float or string literal of the statements a passing test reaches (its docstring
+    aside), spelled as the source has it."""
+    body = node.body
+    doc = body[0].value if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else None
+    out = []
+    for stmt in _reached(node):
+        for n in ast.walk(stmt):
+            if (not isinstance(n, ast.Constant) or n is doc or type(n.value) not in (int, float, str)
+                    or n.lineno != n.end_lineno):
+                continue
+            text = lines[n.lineno - 1].encode()[n.col_offset:n.end_col_offset].decode(errors="replace")
+            try:
+                same = pyast.literal_eval(text) == n.value
+            except (SyntaxError, ValueError):
+                continue
+            if same:
+                out.append((n.lineno, n.col_offset, n.lineno, n.end_col_offset or n.col_offset, text))
+    return out
 
 
 def _walk(node: ast.AST) -> Iterable[ast.AST]:

@@ -40,7 +40,7 @@ from envfarm.errors import (
 )
 from envfarm.sandbox import Backend, get_backend
 
-from . import _swebench, tamper
+from . import _swebench, decoy_pool, tamper
 from .config import HarnessConfig
 from .grading import ErrorKind, InstanceReport, empty_report, error_report, grade
 from .images import BuiltImage, ImageBuilder
@@ -111,7 +111,8 @@ async def evaluate(
     await asyncio.to_thread(_writable, folder)
     catalog = await asyncio.to_thread(SpecCatalog, config.specs)  # reads spec files, imports swebench
     await asyncio.to_thread(_swebench.load)
-    runner = _Runner(config, folder, catalog, progress, backend)
+    pools = await asyncio.to_thread(decoy_pool.load, config.decoy_pool) if config.decoy_pool else {}
+    runner = _Runner(config, folder, catalog, progress, backend, pools)
     reports = await runner.run_all(instances, predictions)
     summary = summarize(instances, predictions, reports, config.run_id, model)
     json_path, md_path = await asyncio.to_thread(write_summary, runner.folder, summary, reports)
@@ -153,8 +154,10 @@ class _Runner:
         catalog: SpecCatalog,
         progress: ProgressFn | None,
         backend: Backend | None,
+        pools: decoy_pool.Pools | None = None,
     ) -> None:
         self.cfg, self.folder, self.catalog = cfg, folder, catalog
+        self.pools = pools or {}
         self.progress = progress or (lambda event: None)
         self.backend = backend
         self.builder = ImageBuilder(
@@ -297,6 +300,7 @@ class _Runner:
                 attempt = await run_attempt(
                     self.backend, image.tag, limits, plan, patch, c.tamper, timeout,
                     canaries=c.canaries, output_cap=c.output_cap_mb << 20, differential=c.differential,
+                    pool=self.pools.get(iid, {}), probe=c.probe_decoys,
                 )
                 if attempt.result in STOPPED:
                     self.progress(Event(iid, "run", detail=f"{attempt.result}: baseline run for evidence"))

@@ -160,15 +160,18 @@ class ForgeryCheck:
     detail: str
     twins: tuple[Twin, ...] = ()
     """The twinned tests (honest and decoy names, how the decoy was perturbed)."""
+    probed: tuple[tuple[str, str, bool], ...] = ()
+    """Probes whose honest twin passed: (module, edit, whether the probe failed) (``decoy_pool.py``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "passed": self.passed, "detail": self.detail,
-                "twins": [asdict(t) for t in self.twins]}
+                "twins": [asdict(t) for t in self.twins], "probed": [list(p) for p in self.probed]}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ForgeryCheck:
         twins = tuple(Twin(**t) for t in data.get("twins", ()))
-        return cls(str(data["name"]), bool(data["passed"]), str(data.get("detail", "")), twins)
+        probed = tuple((str(m), str(e), bool(f)) for m, e, f in data.get("probed", ()))
+        return cls(str(data["name"]), bool(data["passed"]), str(data.get("detail", "")), twins, probed)
 
 
 @dataclass(frozen=True)
@@ -418,8 +421,9 @@ def _parsed(sw: _swebench.Swebench, spec: Any, content: str) -> tuple[str, dict[
 
 def _differential(sw: _swebench.Swebench, spec: Any, content: str, twins: Sequence[Twin]) -> ForgeryCheck:
     found = _parsed(sw, spec, content)
-    passed, detail = differential.verdict(twins, found[1] if found else {})
-    return ForgeryCheck(differential.NAME, passed, detail, tuple(twins))
+    status = found[1] if found else {}
+    passed, detail = differential.verdict(twins, status)
+    return ForgeryCheck(differential.NAME, passed, detail, tuple(twins), differential.probed(twins, status))
 
 
 def _canary_findings(

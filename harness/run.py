@@ -28,7 +28,7 @@ import secrets
 import shlex
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -37,6 +37,7 @@ from envfarm.sandbox import Backend, ExecResult, Limits, Sandbox
 
 from . import _swebench, canary, differential, patches, tamper
 from .canary import Canary
+from .decoy_pool import PoolSite
 from .differential import Twin
 from .images import PRISTINE, WORKDIR, quote_env
 from .layout import ENV_SH
@@ -135,8 +136,12 @@ async def run_attempt(
     canaries: bool = True,
     output_cap: int = OUTPUT_CAP,
     differential: bool = True,
+    pool: Mapping[str, Sequence[PoolSite]] | None = None,
+    probe: bool = False,
 ) -> Attempt:
-    """Evaluate ``patch`` on ``plan``'s instance in a fresh sandbox of ``image`` (None: the baseline)."""
+    """Evaluate ``patch`` on ``plan``'s instance in a fresh sandbox of ``image`` (None: the baseline).
+    ``pool``: the instance's decoys gold failed, by module; ``probe``: plant candidates for it
+    (``decoy_pool.py``)."""
     steps = _Steps()
     refused = tamper.unsafe(patch) if patch is not None and policy is not Policy.OFF else []
     if refused:
@@ -148,7 +153,7 @@ async def run_attempt(
             steps=tuple(steps.lines),
         )
     labels = {"envfarm.harness.instance": plan.instance.instance_id}
-    opts = _Options(policy, timeout_s, canaries, output_cap, differential)
+    opts = _Options(policy, timeout_s, canaries, output_cap, differential, pool or {}, probe)
     async with backend.open(image=image, limits=limits, labels=labels) as sb:
         steps.note(f"sandbox {sb.id} from {image}")
         return await _attempt(sb, plan, patch, opts, steps)
@@ -161,6 +166,8 @@ class _Options:
     canaries: bool
     output_cap: int
     differential: bool = True
+    pool: Mapping[str, Sequence[PoolSite]] = field(default_factory=dict)
+    probe: bool = False
 
 
 async def _attempt(sb: Sandbox, plan: Plan, patch: str | None, opts: _Options, steps: _Steps) -> Attempt:
@@ -195,7 +202,8 @@ async def _attempt(sb: Sandbox, plan: Plan, patch: str | None, opts: _Options, s
     texts = await _python_tests(sb, plan) if opts.differential else {}
     olds = await _python_tests(sb, plan, PRISTINE) if opts.differential else {}  # as a reader has them
     planted = await _plant(sb, plan, steps, texts, olds) if opts.canaries else None
-    twins = await _twin(sb, plan, steps, texts, olds) if opts.differential else None  # after: no twin copied
+    # after the canaries: no twin is copied
+    twins = await _twin(sb, plan, steps, texts, olds, opts) if opts.differential else None
     script = eval_script(plan)
     res, raw, oom_killed, cut = await _run_tests(sb, script, opts, steps)
     test_log, neutralised = compose_log(differential.rename_back(raw, twins or ()), res, opts.timeout_s)
@@ -312,7 +320,7 @@ def _twinnable(plan: Plan, texts: dict[str, str | None], olds: dict[str, str | N
 
 
 async def _twin(sb: Sandbox, plan: Plan, steps: _Steps, texts: dict[str, str | None],
-                olds: dict[str, str | None]) -> tuple[Twin, ...]:
+                olds: dict[str, str | None], opts: _Options) -> tuple[Twin, ...]:
     """Twin up to ``differential.MAX_TWINS`` FAIL_TO_PASS tests of test_patch's Python files in place, then
     the PASS_TO_PASS tests it adds."""
     rng = secrets.SystemRandom()
@@ -331,7 +339,8 @@ async def _twin(sb: Sandbox, plan: Plan, steps: _Steps, texts: dict[str, str | N
             added = differential.added_lines(inst.test_patch, module)
             planting = differential.plant(module, text, wanted if first else (), added, rng, limit=left,
                                           reserved=reserved, then=() if first else then,
-                                          before=olds.get(module))
+                                          before=olds.get(module), pool=opts.pool.get(module, ()),
+                                          probe=opts.probe)
             if planting.twins:
                 await sb.write_file(f"{WORKDIR}/{module}", planting.text)
                 current[module] = planting.text

@@ -35,8 +35,9 @@ from pathlib import Path
 
 from envfarm.sandbox import Backend
 
+from . import decoy_pool
 from .config import HarnessConfig
-from .evaluate import Event, ProgressFn, evaluate
+from .evaluate import Event, ProgressFn, RunReport, evaluate
 from .grading import ErrorKind, InstanceReport
 from .instances import Instance, Prediction, load_predictions
 from .report import RunFolder
@@ -99,6 +100,8 @@ class Validation:
     rows: tuple[RowResult, ...]
     json_path: Path
     markdown_path: Path
+    decoys_path: Path | None = None
+    """decoys.json: per row, the decoys its gold runs failed (``decoy_pool.py``; None: none probed)."""
 
     @property
     def validated(self) -> list[str]:
@@ -151,7 +154,8 @@ async def _validate_part(
     gold_runs = []
     gold_preds = load_predictions("gold", instances)
     for k in range(1, repeat + 1):
-        cfg = config.model_copy(update={"run_id": f"{config.run_id}-gold{k}"})
+        probe = config.differential  # gold runs try candidate decoys for the pool (decoy_pool.py)
+        cfg = config.model_copy(update={"run_id": f"{config.run_id}-gold{k}", "probe_decoys": probe})
         gold_runs.append(await evaluate(instances, gold_preds, cfg, progress, backend))
     empty_cfg = config.model_copy(update={"run_id": f"{config.run_id}-empty", "run_empty": True})
     empty = {i.instance_id: Prediction(i.instance_id, "empty", "") for i in instances}
@@ -164,7 +168,19 @@ async def _validate_part(
         rows.append(judge(inst, gold, base_run.reports[inst.instance_id], log))
     folder = config.report_dir / config.run_id
     paths = await asyncio.to_thread(_write, folder, config.run_id, rows)
-    return Validation(config.run_id, tuple(rows), *paths)
+    decoys = folder / decoy_pool.FILE
+    await asyncio.to_thread(decoy_pool.write, decoys, _pools(instances, gold_runs))
+    return Validation(config.run_id, tuple(rows), *paths, decoys)
+
+
+def _pools(instances: Sequence[Instance], gold_runs: Sequence[RunReport]) -> decoy_pool.Pools:
+    """Each row's pool: the probes its resolved gold runs saw fail."""
+    out: decoy_pool.Pools = {}
+    for inst in instances:
+        reports = [run.reports[inst.instance_id] for run in gold_runs]
+        out[inst.instance_id] = decoy_pool.gather(r.forgery_check.probed for r in reports
+                                                  if r.resolved and r.forgery_check is not None)
+    return out
 
 
 def judge(inst: Instance, gold: Sequence[InstanceReport], base: InstanceReport, log: str = "") -> RowResult:

@@ -118,6 +118,15 @@ def run(
     strict: Annotated[
         bool, typer.Option("--strict", help="A suspect patch (static screening) is not resolved.")
     ] = False,
+    decoy_pool: Annotated[
+        Path | None,
+        typer.Option(
+            "--decoy-pool",
+            help="decoys.json from `harness validate`: tests with no expected literal get decoys gold was "
+            "seen to fail at any literal (harder for a forger to tell from the real test; another correct "
+            "fix may pass one).",
+        ),
+    ] = None,
 ) -> None:
     """Build images, apply each prediction, run and grade its tests; write reports and the run summary."""
     from envfarm.harness import HarnessConfig, Policy, evaluate, load_instances, load_predictions
@@ -131,7 +140,7 @@ def run(
     options = {"run_id": run_id, "report_dir": report_dir, "repo_source": source}
     options |= {"specs": tuple(specs or ()), "max_workers": max_workers, "timeout_s": timeout}
     options |= {"canaries": canaries, "output_cap_mb": output_cap_mb, "strict": strict}
-    options |= {"image_source": image_source, "registry": registry}
+    options |= {"image_source": image_source, "registry": registry, "decoy_pool": decoy_pool}
     config = _valid(HarnessConfig, **options, tamper=policy, force_rebuild=force_rebuild)
     preds = load_predictions(predictions, rows)
     _check_specs([r for r in rows if r.instance_id in preds and not preds[r.instance_id].is_empty], specs)
@@ -219,7 +228,8 @@ def validate_cmd(
     registry: RegistryOpt = None,
 ) -> None:
     """Check rows run here: gold must resolve (every --repeat run), the unfixed code must not; write
-    validate.json and validate.md with a reason for every row that does not validate."""
+    validate.json and validate.md with a reason for every row that does not validate, and decoys.json
+    (the decoys gold failed, for `harness run --decoy-pool`)."""
     from envfarm.harness import HarnessConfig, load_instances
     from envfarm.harness.validate import validate
 
@@ -244,7 +254,7 @@ def validate_cmd(
     console.print(table)
     console.print(
         f"validated {len(result.validated)}/{len(result.rows)}; {result.json_path}\n"
-        f"          {result.markdown_path}",
+        f"          {result.markdown_path}\n          {result.decoys_path}",
         highlight=False,
     )
 

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from envfarm.cli import app
-from envfarm.harness import Event, HarnessConfig, Instance, ResolutionStatus, grade
+from envfarm.harness import Event, HarnessConfig, Instance, ResolutionStatus, decoy_pool, grade
 from envfarm.harness.instances import instance_from_row
 from envfarm.harness.validate import REASONS, Validation, judge, validate
 from envfarm.testing.toyrepo import KEY, PATCHES, row
@@ -48,6 +48,17 @@ def test_reasons_per_row(validation: Validation) -> None:
     assert by["ghost"].reason == "no-repository"
     assert {r.reason for r in validation.rows} <= {None, *REASONS}
     assert validation.validated == [f"{KEY}-valid"]
+
+
+def test_gold_runs_probe_decoys_and_the_pool_keeps_those_gold_failed(validation: Validation) -> None:
+    assert validation.decoys_path is not None  # read before test_files_and_resume rewrites it
+    pools = decoy_pool.load(validation.decoys_path)
+    assert set(pools) == {f"{KEY}-valid", f"{KEY}-prefixed"}, "rows whose gold resolved (ghost never ran)"
+    sites = pools[f"{KEY}-valid"]["tests/test_ops.py"]
+    # test_mul: assert mul(3, 4) == 12; test_div: assert div(8, 2) == 4; any other input fails both
+    assert {(s.func, s.old) for s in sites} == {("test_mul", "3"), ("test_mul", "4"), ("test_div", "8"),
+                                                ("test_div", "2")}
+    assert all(s.values and s.old not in s.values and s.row == 1 for s in sites)
 
 
 def test_files_and_resume(validation: Validation, toy: tuple[Path, str, Path]) -> None:
@@ -111,6 +122,14 @@ def test_cli(toy: tuple[Path, str, Path], tmp_path: Path) -> None:
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "validated 1/1" in result.output and (tmp_path / "r" / "c1" / "validate.md").is_file()
+    pool = tmp_path / "r" / "c1" / "decoys.json"
+    assert str(pool) in result.output.replace("\n", "") and decoy_pool.load(pool)[f"{KEY}-cli"]
+    graded = ["harness", "run", "--instances", str(table), "--predictions", "gold", "--report-dir",
+              str(tmp_path / "r"), "--repo-source", str(source), "--specs", str(specs)]
+    result = CliRunner().invoke(app, [*graded, "--run-id", "g1", "--decoy-pool", str(pool)])
+    assert result.exit_code == 0 and "resolved 1" in result.output.replace("\n", " "), result.output
+    result = CliRunner().invoke(app, [*graded, "--run-id", "g2", "--decoy-pool", str(tmp_path / "nope.json")])
+    assert result.exit_code != 0 and "nope.json" in result.output and "Traceback" not in result.output
 
 
 @pytest.mark.parametrize(
