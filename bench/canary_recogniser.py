@@ -8,6 +8,8 @@ the harness plants in (``canary.pick_module``, first one present), canaries plan
 the row's lists (``canary.known_for``), then (``--twins``, the default, as the harness runs) the
 differential check's twins of the module's FAIL_TO_PASS and new PASS_TO_PASS tests (``differential.plant``);
 each planted module judged by the recogniser, which also gets the module as the repository has it at HEAD.
+With ``--decoy-pool`` (the ``decoys.json`` of ``envfarm harness validate`` on these rows) the twins draw
+from the pool as ``harness run --decoy-pool`` plants them.
 Planted tests are the canaries and the decoys (both must fail, or pass for must-pass canaries); an honest
 copy is the test it copies (a real test, or a must-pass canary). ``MIRRORS`` holds ``owner__name.git``
 repositories (the harness's ``--repo-source`` folder); rows of repositories not there are left out.
@@ -42,7 +44,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from random import Random
 
-from envfarm.harness import canary, differential
+from envfarm.harness import canary, decoy_pool, differential
 from envfarm.harness.instances import Instance, instance_from_row, load_instances
 from envfarm.harness.repos import RepoNotFound, find_repo
 from envfarm.harness.specs import SpecCatalog
@@ -102,7 +104,8 @@ def test_texts(repo: Path, inst: Instance, files: tuple[str, ...]) -> tuple[dict
 
 
 def row_cases(source: str, inst: Instance, repo: Path, catalog: SpecCatalog, trials: int, seed: int,
-              twins: bool = True) -> tuple[list[Case], dict[str, object]]:
+              twins: bool = True, pool: decoy_pool.Pools | None = None
+              ) -> tuple[list[Case], dict[str, object]]:
     plan = catalog.plan(inst)
     heads, texts = test_texts(repo, inst, plan.test_files)
     known = canary.known_for(inst.fail_to_pass, inst.pass_to_pass, inst.test_patch)
@@ -133,7 +136,8 @@ def row_cases(source: str, inst: Instance, repo: Path, catalog: SpecCatalog, tri
                          if form == "must-pass" and any(code.get(n) == code.get(f) for f in f2p)}
         text, settled = planting.text, set()
         if twins:
-            text, failing, forms, settled = with_twins(inst, module, text, forms, failing, rng, head)
+            sites = (pool or {}).get(inst.instance_id, {}).get(module, ())
+            text, failing, forms, settled = with_twins(inst, module, text, forms, failing, rng, head, sites)
             info["twinned"] = int(info["twinned"]) + (text != planting.text)  # type: ignore[call-overload]
         for (_, name), j in judge(text, head).items():
             form = forms.get(name, "real")
@@ -145,7 +149,8 @@ def row_cases(source: str, inst: Instance, repo: Path, catalog: SpecCatalog, tri
 
 
 def with_twins(inst: Instance, module: str, planted: str, forms: dict[str, str], failing: set[str],
-               rng: Random, head: str | None = None) -> tuple[str, set[str], dict[str, str], set[str]]:
+               rng: Random, head: str | None = None, pool: tuple[decoy_pool.PoolSite, ...] = ()
+               ) -> tuple[str, set[str], dict[str, str], set[str]]:
     """The module after ``differential.py`` twins its FAIL_TO_PASS tests and the PASS_TO_PASS tests
     test_patch adds (decoys placed against ``head``, the repository's version), as the harness runs it,
     with the planted tests (decoys are must-fail plantings; an honest copy of a canary is that canary) and
@@ -154,7 +159,7 @@ def with_twins(inst: Instance, module: str, planted: str, forms: dict[str, str],
     has unchanged (``Case.settled``)."""
     wanted, then = differential.targets(module, inst.fail_to_pass, inst.pass_to_pass, inst.test_patch)
     added = differential.added_lines(inst.test_patch, module)
-    twinned = differential.plant(module, planted, wanted, added, rng, then=then, before=head)
+    twinned = differential.plant(module, planted, wanted, added, rng, then=then, before=head, pool=pool)
     failing, forms = set(failing), dict(forms)
     mine = {t.key[1]: t.tokens for t in tests_of(planted)}
     theirs = {t.key[1]: t.tokens for t in tests_of(head or "")}
@@ -262,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--twins", action=argparse.BooleanOptionalAction, default=True,
                     help="plant the differential check's twins after the canaries, as the harness does")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "canary_recogniser.json")
+    ap.add_argument("--decoy-pool", type=Path, default=None,
+                    help="decoys.json from `envfarm harness validate` on these rows: plant as `harness run "
+                         "--decoy-pool` does")
     ap.add_argument("--cases", type=Path, default=None,
                     help="also write every judged test, one JSON object per line (for analysis)")
     args = ap.parse_args(argv)
@@ -269,14 +277,16 @@ def main(argv: list[str] | None = None) -> int:
     catalog = SpecCatalog()
     cases: dict[str, list[Case]] = {"builtin": [], "swe-bench": []}
     infos: dict[str, list[dict[str, object]]] = {"builtin": [], "swe-bench": []}
+    pool = decoy_pool.load(args.decoy_pool) if args.decoy_pool else None
     for source, inst, repo in rows(args):
-        got, info = row_cases(source, inst, repo, catalog, args.trials, args.seed, args.twins)
+        got, info = row_cases(source, inst, repo, catalog, args.trials, args.seed, args.twins, pool)
         cases[source] += got
         infos[source].append(info)
     result = {
         "measured": time.strftime("%Y-%m-%d"),
         "trials": args.trials,
         "twins": args.twins,
+        "decoy_pool_rows": len(pool or {}),
         "seconds": round(time.monotonic() - t0, 1),
         "by_source": {s: summary(cases[s], infos[s], args.trials) for s in cases},
         "total": summary(cases["builtin"] + cases["swe-bench"], infos["builtin"] + infos["swe-bench"],
