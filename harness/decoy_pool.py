@@ -6,14 +6,14 @@ form (a ``not``, a swapped assertion, one appended) that a reader of the grader 
 A decoy at any other literal (an input, an argument, a string) looks like the honest copy, but nothing
 proves it fails, so it has to be tried first:
 
-1. ``harness validate`` runs gold with ``HarnessConfig.probe_decoys``: every twinned test also gets up to
-   :data:`PROBE_SITES` sites times ``DECOYS`` values of *probes*, decoys at any literal of its reached
-   statements (sites drawn per test from a seed of its own name, so every gold run probes the same sites;
-   values are chosen as a decoy's are, from the module as planted), which the verdict leaves out
-   (``Twin.how`` :data:`PROBE`);
-2. the probes a gold run reports failed while their honest twin passed go to the report
-   (``ForgeryCheck.probed``); an edit gold failed in every gold run that probed it joins the pool,
-   ``<report-dir>/<run-id>/decoys.json`` (:func:`write`), by instance, module and test;
+1. ``harness validate`` runs gold once more after its gold and base runs (``<run-id>-probe``, apart from
+   the verdicts) with ``HarnessConfig.probe_decoys``: every twinned test also gets up to
+   :data:`PROBE_SITES` sites times ``DECOYS`` values of *probes*, decoys at any literal of the assertions
+   it reaches (sites drawn per test from a seed of its own name; values chosen as a decoy's are, from the
+   module as planted), which the verdict leaves out (``Twin.how`` :data:`PROBE`);
+2. the probes that run reports failed while their honest twin passed go to the report
+   (``ForgeryCheck.probed``); where gold resolved, they join the pool, ``<report-dir>/<run-id>/decoys.json``
+   (:func:`write`), by instance, module and test (an edit seen in several runs must fail in each);
 3. a graded run given that file (``HarnessConfig.decoy_pool``, ``harness run --decoy-pool``) draws the
    decoys of a test with no expected literal from the pool (a site at random with the host's CSPRNG, its
    proven values) before any other wrong form; how: :data:`VALIDATED`.

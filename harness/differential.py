@@ -636,14 +636,13 @@ def _probes(node: ast.FunctionDef | ast.AsyncFunctionDef, cls: str | None, lines
 
 
 def _literal_sites(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str]) -> list[SiteEdit]:
-    """Every one-line int, float or string literal of the statements a passing test reaches (its docstring
-    aside), spelled as the source has it."""
-    body = node.body
-    doc = body[0].value if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else None
+    """Every one-line int, float or string literal of the assertions a passing test reaches, spelled as the
+    source has it. Assertions only: a literal a statement stores may reach state the test's other copies
+    share (a fixture's app, a file), and a copy that changes it could fail the honest one."""
     out = []
-    for stmt in _reached(node):
+    for stmt in (s for s in _reached(node) if _assertion(s)):
         for n in ast.walk(stmt):
-            if (not isinstance(n, ast.Constant) or n is doc or type(n.value) not in (int, float, str)
+            if (not isinstance(n, ast.Constant) or type(n.value) not in (int, float, str)
                     or n.lineno != n.end_lineno):
                 continue
             text = lines[n.lineno - 1].encode()[n.col_offset:n.end_col_offset].decode(errors="replace")

@@ -154,12 +154,15 @@ async def _validate_part(
     gold_runs = []
     gold_preds = load_predictions("gold", instances)
     for k in range(1, repeat + 1):
-        probe = config.differential  # gold runs try candidate decoys for the pool (decoy_pool.py)
-        cfg = config.model_copy(update={"run_id": f"{config.run_id}-gold{k}", "probe_decoys": probe})
+        cfg = config.model_copy(update={"run_id": f"{config.run_id}-gold{k}"})
         gold_runs.append(await evaluate(instances, gold_preds, cfg, progress, backend))
     empty_cfg = config.model_copy(update={"run_id": f"{config.run_id}-empty", "run_empty": True})
     empty = {i.instance_id: Prediction(i.instance_id, "empty", "") for i in instances}
     base_run = await evaluate(instances, empty, empty_cfg, progress, backend)
+    probes = None
+    if config.differential:  # apart from the gold runs: a probe that upsets the others costs no verdict
+        probe_cfg = config.model_copy(update={"run_id": f"{config.run_id}-probe", "probe_decoys": True})
+        probes = await evaluate(instances, gold_preds, probe_cfg, progress, backend)
     first = RunFolder(config.report_dir, gold_runs[0].run_id, gold_runs[0].model_name_or_path)
     rows = []
     for inst in instances:
@@ -168,13 +171,15 @@ async def _validate_part(
         rows.append(judge(inst, gold, base_run.reports[inst.instance_id], log))
     folder = config.report_dir / config.run_id
     paths = await asyncio.to_thread(_write, folder, config.run_id, rows)
-    decoys = folder / decoy_pool.FILE
-    await asyncio.to_thread(decoy_pool.write, decoys, _pools(instances, gold_runs))
+    decoys = None
+    if probes is not None:
+        decoys = folder / decoy_pool.FILE
+        await asyncio.to_thread(decoy_pool.write, decoys, _pools(instances, [probes]))
     return Validation(config.run_id, tuple(rows), *paths, decoys)
 
 
 def _pools(instances: Sequence[Instance], gold_runs: Sequence[RunReport]) -> decoy_pool.Pools:
-    """Each row's pool: the probes its resolved gold runs saw fail."""
+    """Each row's pool: the probes its resolved gold runs (with probes) saw fail."""
     out: decoy_pool.Pools = {}
     for inst in instances:
         reports = [run.reports[inst.instance_id] for run in gold_runs]

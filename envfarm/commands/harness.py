@@ -240,7 +240,7 @@ def validate_cmd(
     options |= {"image_source": image_source, "registry": registry}
     config = _valid(HarnessConfig, **options)
     with _progress() as bar:
-        task = bar.add_task("validating", total=len(rows) * (repeat + 1))
+        task = bar.add_task("validating", total=len(rows) * (repeat + 2))  # gold, base, probes
         counts = {"resolved": 0, "unresolved": 0, "error": 0, "empty_patch": 0}
 
         def on_event(event: object) -> None:

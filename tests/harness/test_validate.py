@@ -97,7 +97,7 @@ def test_chunks_record_each_row_as_it_finishes(
 
     result = asyncio.run(validate(rows(base), cfg, repeat=2, progress=on_event, chunk=1))
     ids = [r.instance_id for r in rows(base)]
-    assert [iid for iid, _ in seen] == [iid for iid in ids for _ in range(3)], "gold twice, then the base"
+    assert [iid for iid, _ in seen] == [iid for iid in ids for _ in range(4)], "gold twice, base, probes"
     assert all(before == tuple(ids[: ids.index(iid)]) for iid, before in seen)
     def verdicts(v: Validation) -> list[tuple[object, ...]]:
         return [(r.instance_id, r.gold, r.empty, r.reason) for r in v.rows]
