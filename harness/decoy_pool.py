@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from envfarm.errors import HarnessError
 
@@ -51,7 +52,8 @@ class DecoyPoolError(HarnessError):
 
 @dataclass(frozen=True)
 class PoolSite:
-    """Values proven to make one test fail at one literal (under gold)."""
+    """Values of one literal of one test: proven to make it fail under gold (a pool's), or one value tried
+    (a probe's, which ``Twin.edit`` holds as :meth:`key`)."""
 
     cls: str | None
     func: str
@@ -64,26 +66,14 @@ class PoolSite:
     """The literal as the test has it (a site whose text differs is not used)."""
     values: tuple[str, ...]
 
-
-@dataclass(frozen=True)
-class Probe:
-    """One probed edit (``Twin.edit`` holds it as JSON)."""
-
-    cls: str | None
-    func: str
-    row: int
-    start: int
-    end: int
-    old: str
-    value: str
-
     def key(self) -> str:
-        return json.dumps([self.cls, self.func, self.row, self.start, self.end, self.old, self.value])
+        return json.dumps(asdict(self))
 
     @classmethod
-    def parse(cls, key: str) -> Probe:
-        c, func, row, start, end, old, value = json.loads(key)
-        return cls(c, func, int(row), int(start), int(end), old, value)
+    def parse(cls, key: str | Mapping[str, Any]) -> PoolSite:
+        d = json.loads(key) if isinstance(key, str) else key
+        return cls(d["cls"], str(d["func"]), int(d["row"]), int(d["start"]), int(d["end"]), str(d["old"]),
+                   tuple(map(str, d["values"])))
 
 
 Pools = dict[str, dict[str, tuple[PoolSite, ...]]]
@@ -91,21 +81,20 @@ Pools = dict[str, dict[str, tuple[PoolSite, ...]]]
 
 
 def gather(runs: Iterable[Sequence[tuple[str, str, bool]]]) -> dict[str, tuple[PoolSite, ...]]:
-    """One instance's pool from its gold runs: each run's probes as (module, edit key, failed while the
+    """One instance's pool from its gold runs: each run's probes as (module, probe key, failed while the
     honest copy passed). An edit joins when it failed in every run that probed it."""
     seen: dict[tuple[str, str], bool] = {}
     for run in runs:
         for module, key, failed in run:
             seen[module, key] = seen.get((module, key), True) and failed
-    sites: dict[tuple[str, str | None, str, int, int, int, str], list[str]] = {}
+    sites: dict[tuple[str, PoolSite], list[str]] = {}
     for (module, key), failed in sorted(seen.items()):
         if failed:
-            p = Probe.parse(key)
-            sites.setdefault((module, p.cls, p.func, p.row, p.start, p.end, p.old), []).append(p.value)
+            probe = PoolSite.parse(key)
+            sites.setdefault((module, replace(probe, values=())), []).extend(probe.values)
     out: dict[str, list[PoolSite]] = {}
-    for (module, *where, old), values in sites.items():
-        c, func, row, start, end = where
-        out.setdefault(module, []).append(PoolSite(c, func, row, start, end, old, tuple(values)))  # type: ignore[arg-type]
+    for (module, site), values in sites.items():
+        out.setdefault(module, []).append(replace(site, values=tuple(values)))
     return {m: tuple(s) for m, s in out.items()}
 
 
@@ -119,9 +108,7 @@ def load(path: Path) -> Pools:
     """A pool file (:func:`write`); :class:`DecoyPoolError` when it is missing or malformed."""
     try:
         data = json.loads(path.read_text())
-        return {str(iid): {str(m): tuple(PoolSite(s["cls"], s["func"], int(s["row"]), int(s["start"]),
-                                                   int(s["end"]), str(s["old"]), tuple(map(str, s["values"])))
-                                          for s in sites) for m, sites in mods.items()}
+        return {str(iid): {str(m): tuple(map(PoolSite.parse, sites)) for m, sites in mods.items()}
                 for iid, mods in data.items()}
     except OSError as e:
         raise DecoyPoolError(f"decoy pool {path}: {e.strerror or e}; pass the {FILE} that `envfarm harness "

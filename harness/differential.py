@@ -66,7 +66,7 @@ from .canary_place import group_names, vocabulary
 from .canary_sites import FLIPS, failure_sites, literal_site
 from .canary_types import Edit as SiteEdit
 from .canary_types import added_tests
-from .decoy_pool import PROBE, PROBE_SITES, VALIDATED, PoolSite, Probe
+from .decoy_pool import PROBE, PROBE_SITES, VALIDATED, PoolSite
 
 NAME = "differential"
 MAX_TWINS = 8
@@ -107,7 +107,7 @@ class Twin:
     """The decoy's perturbation: "literal", "validated" (from the pool), "swapped", "negated" or
     "appended"; "probe": a candidate tried for the pool, never judged (``decoy_pool.py``)."""
     edit: str = ""
-    """A probe's edit (``decoy_pool.Probe.key``)."""
+    """A probe's edit (``decoy_pool.PoolSite.key``, one value)."""
 
 
 @dataclass(frozen=True)
@@ -631,7 +631,8 @@ def _probes(node: ast.FunctionDef | ast.AsyncFunctionDef, cls: str | None, lines
             continue
         tried += 1
         where = (cls, node.name, site[0] - node.lineno, site[1], site[3], site[4])
-        out += [(edits, PROBE, Probe(*where, v).key()) for edits, v in zip(variants, values, strict=True)]
+        out += [(edits, PROBE, PoolSite(*where, (v,)).key())
+                for edits, v in zip(variants, values, strict=True)]
     return out
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from envfarm.errors import HarnessError
 from envfarm.harness import _swebench, differential
-from envfarm.harness.decoy_pool import PROBE, VALIDATED, DecoyPoolError, PoolSite, Probe, gather, load, write
+from envfarm.harness.decoy_pool import PROBE, VALIDATED, DecoyPoolError, PoolSite, gather, load, write
 
 MODULE = textwrap.dedent('''\
     from shapes import shout
@@ -54,11 +54,11 @@ def test_probes_are_tried_never_judged_and_the_pool_keeps_those_that_failed(tmp_
     assert judged and {t.how for t in judged} <= {"swapped", "negated", "appended"}, "no expected literal"
     lines = MODULE.splitlines()
     for t in probes:  # each edit names the literal it replaces, counted from the def line
-        p = Probe.parse(t.edit)
-        assert (p.cls, p.func) == (None, "test_shout") and p.value != p.old
+        p = PoolSite.parse(t.edit)
+        assert (p.cls, p.func) == (None, "test_shout") and p.values[0] != p.old
         assert lines[3 + p.row].encode()[p.start:p.end].decode() == p.old
-    rows = {Probe.parse(t.edit).row for t in probes}
-    assert rows <= {2, 3} and len({Probe.parse(t.edit).start for t in probes}) > 1, "assertions only"
+    rows = {PoolSite.parse(t.edit).row for t in probes}
+    assert rows <= {2, 3} and len({PoolSite.parse(t.edit).start for t in probes}) > 1, "assertions only"
     again = differential.plant("tests/test_shapes.py", MODULE, WANTED, rng=Random(1), probe=True)
     assert {t.edit for t in again.twins if t.how == PROBE} == {t.edit for t in probes}, "same probes"
     renamed = _renamed(tmp_path, planting)
@@ -69,8 +69,8 @@ def test_probes_are_tried_never_judged_and_the_pool_keeps_those_that_failed(tmp_
     failed = {e for _, e, f in seen if f}
     assert failed and len(failed) < len(seen), "some edits fail under the fix, some do not"
     pool = gather([seen])["tests/test_shapes.py"]
-    assert {(s.old, v) for s in pool for v in s.values} == {(Probe.parse(e).old, Probe.parse(e).value)
-                                                           for e in failed}
+    tried = [PoolSite.parse(e) for e in failed]
+    assert {(s.old, v) for s in pool for v in s.values} == {(p.old, p.values[0]) for p in tried}
 
 
 def test_a_test_without_an_expected_literal_draws_decoys_from_the_pool_that_fail(tmp_path: Path) -> None:
@@ -100,9 +100,9 @@ def test_a_pool_site_that_no_longer_matches_the_test_is_left_out() -> None:
 
 
 def test_gather_keeps_edits_that_failed_in_every_run() -> None:
-    a = Probe(None, "t", 1, 0, 1, "1", "2").key()
-    b = Probe(None, "t", 1, 0, 1, "1", "3").key()
-    c = Probe("K", "t", 2, 4, 7, "'x'", "'y'").key()
+    a = PoolSite(None, "t", 1, 0, 1, "1", ("2",)).key()
+    b = PoolSite(None, "t", 1, 0, 1, "1", ("3",)).key()
+    c = PoolSite("K", "t", 2, 4, 7, "'x'", ("'y'",)).key()
     pool = gather([[("m.py", a, True), ("m.py", b, True), ("m.py", c, True)],
                    [("m.py", a, True), ("m.py", b, False)]])
     assert set(pool) == {"m.py"}
