@@ -90,6 +90,17 @@ RepoOpt = Annotated[
 ]
 
 
+DecoyPoolOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--decoy-pool",
+        help="decoys.json from `harness validate`: tests with no expected literal get decoys gold was seen "
+        "to fail at any literal (harder for a forger to tell from the real test; another correct fix may "
+        "pass one).",
+    ),
+]
+
+
 @app.command("run", context_settings={"allow_extra_args": True})
 def run(
     ctx: typer.Context,
@@ -118,15 +129,7 @@ def run(
     strict: Annotated[
         bool, typer.Option("--strict", help="A suspect patch (static screening) is not resolved.")
     ] = False,
-    decoy_pool: Annotated[
-        Path | None,
-        typer.Option(
-            "--decoy-pool",
-            help="decoys.json from `harness validate`: tests with no expected literal get decoys gold was "
-            "seen to fail at any literal (harder for a forger to tell from the real test; another correct "
-            "fix may pass one).",
-        ),
-    ] = None,
+    decoy_pool: DecoyPoolOpt = None,
 ) -> None:
     """Build images, apply each prediction, run and grade its tests; write reports and the run summary."""
     from envfarm.harness import HarnessConfig, Policy, evaluate, load_instances, load_predictions
@@ -171,6 +174,7 @@ def audit_cmd(
     strict: Annotated[
         bool, typer.Option("--strict", help="A suspect patch (static screening) is not resolved.")
     ] = False,
+    decoy_pool: DecoyPoolOpt = None,
 ) -> None:
     """Red-team the grader on these rows: grade gold and every forgery of the suite that applies to each
     row's runner; print, per forgery class, how many resolved (must be 0) and whether gold still resolves;
@@ -182,7 +186,7 @@ def audit_cmd(
     source, specs = _sources(rows, repo_source, specs)
     options = {"run_id": run_id, "report_dir": report_dir, "repo_source": source, "strict": strict}
     options |= {"specs": tuple(specs or ()), "max_workers": max_workers, "timeout_s": timeout}
-    config = _valid(HarnessConfig, **options)
+    config = _valid(HarnessConfig, **options, decoy_pool=decoy_pool)
     with _progress() as bar:
         task = bar.add_task("gold, then each forgery", total=None)
         result = asyncio.run(
