@@ -17,7 +17,8 @@ canaries are named: ``canary_place.group_names``), in random order:
   added when there is one; where canaries were cloned from the test, at the literal where they differ from
   it, with values none of them has; a literal of a test test_patch edits in place only where the
   repository's version of the test is as far from each decoy as from the honest copy (a reader compares
-  them with it); else one decoy with the assertion in another wrong form (``is None``
+  them with it); with a decoy pool (``decoy_pool.py``, opt-in), up to three values gold was seen to fail
+  at another literal of the test; else one decoy with the assertion in another wrong form (``is None``
   as ``is False``, ``<`` as ``>``, an exception class swapped), one without an added ``not`` first; else
   one negated; else a failing assertion appended. An unchanged copy of the test (a must-pass canary) is
   twinned with the same values, so no value is shared by more copies than the others.
@@ -247,7 +248,8 @@ def rename_back(log: str, twins: Sequence[Twin]) -> str:
 
 
 def verdict(twins: Sequence[Twin], status: Mapping[str, str]) -> tuple[bool, str]:
-    """(passed, detail): every decoy whose honest twin passed failed (``status``: the renamed log's)."""
+    """(passed, detail): every decoy whose honest twin passed failed (``status``: the renamed log's;
+    probes are not judged)."""
     if not twins:
         return True, "skipped: no FAIL_TO_PASS test could be twinned"
     caught, checked = [], 0
@@ -610,7 +612,7 @@ def _pooled(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], site
 
 def _probes(node: ast.FunctionDef | ast.AsyncFunctionDef, cls: str | None, lines: list[str], tree: ast.Module,
             fair: Fair, decoys: Sequence[Variant]) -> list[Variant]:
-    """Candidates for the pool: up to :data:`PROBE_SITES` literals of the test's reached statements (not
+    """Candidates for the pool: up to :data:`PROBE_SITES` literals of the test's reached assertions (not
     the decoys' own), each with up to :data:`DECOYS` values chosen as a decoy's are, drawn from a seed of
     the test's name (every gold run tries the same sites)."""
     rng = Random(f"probe:{cls}:{node.name}")
