@@ -115,8 +115,10 @@ async def validate(
     progress: ProgressFn | None = None,
     chunk: int | None = None,
     backend: Backend | None = None,
+    probe: bool = True,
 ) -> Validation:
-    """Run gold ``repeat`` times and the unpatched base once per row; write validate.json and validate.md.
+    """Run gold ``repeat`` times and the unpatched base once per row; write validate.json and validate.md;
+    with ``probe`` (and the differential check on), gold once more with probes, and decoys.json.
 
     ``chunk``: rows are taken ``chunk`` at a time (all at once by default), and validate.json is rewritten
     after each chunk with every row so far, so a long run records its finished rows as it goes (an
@@ -129,7 +131,7 @@ async def validate(
     for end in range(size, len(instances) + size, size) or (0,):
         part = instances[:end]  # cumulative: rows of earlier chunks resume from their reports
         new = {i.instance_id for i in part} - seen
-        result = await _validate_part(part, config, repeat, _only(progress, new), backend)
+        result = await _validate_part(part, config, repeat, _only(progress, new), backend, probe)
         seen |= new
     return result
 
@@ -149,7 +151,7 @@ def _only(progress: ProgressFn | None, ids: set[str]) -> ProgressFn | None:
 
 async def _validate_part(
     instances: Sequence[Instance], config: HarnessConfig, repeat: int, progress: ProgressFn | None,
-    backend: Backend | None = None,
+    backend: Backend | None = None, probe: bool = True,
 ) -> Validation:
     gold_runs = []
     gold_preds = load_predictions("gold", instances)
@@ -160,7 +162,7 @@ async def _validate_part(
     empty = {i.instance_id: Prediction(i.instance_id, "empty", "") for i in instances}
     base_run = await evaluate(instances, empty, empty_cfg, progress, backend)
     probes = None
-    if config.differential:  # apart from the gold runs: a probe that upsets the others costs no verdict
+    if probe and config.differential:  # apart from the gold runs: a probe that upsets them costs no verdict
         probe_cfg = config.model_copy(update={"run_id": f"{config.run_id}-probe", "probe_decoys": True})
         probes = await evaluate(instances, gold_preds, probe_cfg, progress, backend)
     first = RunFolder(config.report_dir, gold_runs[0].run_id, gold_runs[0].model_name_or_path)

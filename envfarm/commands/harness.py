@@ -230,6 +230,11 @@ def validate_cmd(
     split: SplitOpt = "test",
     image_source: ImageSourceOpt = "build",
     registry: RegistryOpt = None,
+    probe: Annotated[
+        bool,
+        typer.Option("--probe-decoys/--no-probe-decoys",
+                     help="Run gold once more with candidate decoys; write decoys.json (--decoy-pool)."),
+    ] = True,
 ) -> None:
     """Check rows run here: gold must resolve (every --repeat run), the unfixed code must not; write
     validate.json and validate.md with a reason for every row that does not validate, and decoys.json
@@ -244,21 +249,23 @@ def validate_cmd(
     options |= {"image_source": image_source, "registry": registry}
     config = _valid(HarnessConfig, **options)
     with _progress() as bar:
-        task = bar.add_task("validating", total=len(rows) * (repeat + 2))  # gold, base, probes
+        task = bar.add_task("validating", total=len(rows) * (repeat + 1 + probe))  # gold, base, probes
         counts = {"resolved": 0, "unresolved": 0, "error": 0, "empty_patch": 0}
 
         def on_event(event: object) -> None:
             _advance(bar, task, event, counts)
 
         size = chunk or 8 * max_workers
-        result = asyncio.run(validate(rows, config, repeat=repeat, progress=on_event, chunk=size))
+        run = validate(rows, config, repeat=repeat, progress=on_event, chunk=size, probe=probe)
+        result = asyncio.run(run)
     table = Table("instance", "gold", "empty", "s", "reason")
     for r in result.rows:
         table.add_row(r.instance_id, "/".join(r.gold), r.empty, f"{r.seconds:.1f}", r.reason or "validated")
     console.print(table)
     console.print(
         f"validated {len(result.validated)}/{len(result.rows)}; {result.json_path}\n"
-        f"          {result.markdown_path}\n          {result.decoys_path}",
+        f"          {result.markdown_path}"
+        + (f"\n          {result.decoys_path}" if result.decoys_path else ""),
         highlight=False,
     )
 

@@ -130,6 +130,9 @@ def test_cli(toy: tuple[Path, str, Path], tmp_path: Path) -> None:
     assert result.exit_code == 0 and "resolved 1" in result.output.replace("\n", " "), result.output
     result = CliRunner().invoke(app, [*graded, "--run-id", "g2", "--decoy-pool", str(tmp_path / "nope.json")])
     assert result.exit_code != 0 and "nope.json" in result.output and "Traceback" not in result.output
+    result = CliRunner().invoke(app, [*args[:5], "c2", *args[6:], "--no-probe-decoys"])
+    assert result.exit_code == 0 and "validated 1/1" in result.output, result.output
+    assert not (tmp_path / "r" / "c2" / "decoys.json").exists() and not (tmp_path / "r" / "c2-probe").exists()
 
 
 @pytest.mark.parametrize(

@@ -60,7 +60,8 @@ async def validate(
                            specs=(work.specs,), max_workers=workers, backend=backend.name, timeout_s=600.0)
     t0 = time.monotonic()
     # the caller's backend: one sandbox-name counter per process (two backends would reuse names)
-    result = await harness_validate(instances, config, progress=on_event, backend=backend)
+    # no probe run: mined tasks are graded without a decoy pool
+    result = await harness_validate(instances, config, progress=on_event, backend=backend, probe=False)
     took = time.monotonic() - t0
     out = {}
     for row in result.rows:
