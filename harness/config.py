@@ -71,7 +71,7 @@ class HarnessConfig(BaseModel):
     decoys from the edits gold failed there (decoy_pool.py; opt-in: another correct fix may pass one)."""
     probe_decoys: bool = False
     """Also plant candidate decoys at any literal of each twinned test, tried but never judged; their
-    outcomes go to the report (``harness validate`` sets it on its gold runs to build decoys.json)."""
+    outcomes go to the report (``harness validate`` sets it on its probe run to build decoys.json)."""
     strict: bool = False
     """Make an instance whose model patch is suspect (static screening, ``screen.py``: it reaches for the test
     framework's internals, sys.modules, an exit at import, tracing hooks...) unresolved; by default the report

@@ -5,7 +5,9 @@
 
 A row *validates* when every gold run resolves it and the run of the unpatched base (test_patch applied, no
 model patch: what SWE-bench's validation calls the empty patch) does not. Gold runs ``repeat`` times
-(``<run-id>-gold1``, ``-gold2``, ...); the base runs once (``<run-id>-empty``). Each is an ordinary
+(``<run-id>-gold1``, ``-gold2``, ...); the base runs once (``<run-id>-empty``); then gold once more with
+candidate decoys (``<run-id>-probe``, no verdict rests on it), whose failed ones go to decoys.json
+(``decoy_pool.py``; ``probe=False`` skips it). Each is an ordinary
 :func:`evaluate` run, so a rerun with the same run id resumes every part. Every row that does not validate
 gets one reason from :data:`REASONS`, picked from the reports' evidence (error kinds, test logs):
 
@@ -101,7 +103,8 @@ class Validation:
     json_path: Path
     markdown_path: Path
     decoys_path: Path | None = None
-    """decoys.json: per row, the decoys its gold runs failed (``decoy_pool.py``; None: none probed)."""
+    """decoys.json: per row, the decoys gold failed in the probe run (``decoy_pool.py``; None: no probe
+    run)."""
 
     @property
     def validated(self) -> list[str]:
