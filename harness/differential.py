@@ -642,20 +642,9 @@ def _literal_sites(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str
     """Every one-line int, float or string literal of the assertions a passing test reaches, spelled as the
     source has it. Assertions only: a literal a statement stores may reach state the test's other copies
     share (a fixture's app, a file), and a copy that changes it could fail the honest one."""
-    out = []
-    for stmt in (s for s in _reached(node) if _assertion(s)):
-        for n in ast.walk(stmt):
-            if (not isinstance(n, ast.Constant) or type(n.value) not in (int, float, str)
-                    or n.lineno != n.end_lineno):
-                continue
-            text = lines[n.lineno - 1].encode()[n.col_offset:n.end_col_offset].decode(errors="replace")
-            try:
-                same = pyast.literal_eval(text) == n.value
-            except (SyntaxError, ValueError):
-                continue
-            if same:
-                out.append((n.lineno, n.col_offset, n.lineno, n.end_col_offset or n.col_offset, text))
-    return out
+    return [site for stmt in _reached(node) if _assertion(stmt) for n in ast.walk(stmt)
+            if isinstance(n, ast.Constant) and type(n.value) in (int, float, str)
+            and (site := literal_site(n, lines)) is not None]
 
 
 def _walk(node: ast.AST) -> Iterable[ast.AST]:
