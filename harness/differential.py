@@ -81,6 +81,8 @@ _DJANGO = re.compile(r"^(\w+) \(([\w.]+)\)")
 OWN_STATE = frozenset({"request", "pytester", "testdir", "tester"})
 """Fixtures through which a test sees its own name or output: such a test gets no twin."""
 _OWN_NAME = re.compile(r"_testMethodName|\bself\.id\(\)|\brequest\.node\b")
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+"""A terminal escape (colours: ``pytest --color yes``, which some projects' tox.ini sets)."""
 _ASSERT_METHODS = frozenset({*FLIPS, "assertEqual", "assertEquals", "assertNotEqual"})
 """unittest assertions (the canaries' flip table, with equality)."""
 
@@ -226,7 +228,10 @@ def rename_back(log: str, twins: Sequence[Twin]) -> str:
     ``PATH::`` (pytest; classes between) or ``PATH.py:`` (sympy's failure headers) when PATH is the copy's
     module, or after a space or at a line's start (sympy's and Django's result lines, which name no file);
     always before a space, ``[``, ``(`` or the line's end. A test of another module with the same name keeps
-    its own."""
+    its own. Colours go first (a coloured name sits between escapes; the log parsers read plain lines as
+    well)."""
+    if twins:
+        log = ANSI.sub("", log)
     for honest, test, module in {(t.honest, t.test, t.module) for t in twins}:
 
         def own(m: re.Match[str], test: str = test, module: str = module) -> str:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -42,6 +41,7 @@ from envfarm.sandbox import Backend, get_backend
 
 from . import _swebench, decoy_pool, tamper
 from .config import HarnessConfig
+from .differential import ANSI
 from .grading import ErrorKind, InstanceReport, empty_report, error_report, grade
 from .images import BuiltImage, ImageBuilder
 from .instances import Instance, Prediction
@@ -54,7 +54,6 @@ from .verdicts import STOPPED, Baselines
 log = logging.getLogger(__name__)
 
 Phase = Literal["skipped", "build", "run", "retry", "done"]
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # colours in docker build output
 
 
 @dataclass(frozen=True)
@@ -281,7 +280,7 @@ class _Runner:
             raise _Infra(
                 ErrorKind.BUILD,
                 f"image build failed (the packages/install of {plan.env.repo} {plan.env.version} are in "
-                f"{plan.env.source}): {_ANSI.sub('', str(e))}",
+                f"{plan.env.source}): {ANSI.sub('', str(e))}",
             ) from e
         except HarnessError as e:
             if isinstance(e, RepoNotFound):

@@ -188,6 +188,18 @@ def test_honest_copies_pass_and_decoys_fail_under_pytest(tmp_path: Path, seed: i
     assert detail.startswith(f"{runs} passing test(s) checked"), detail
 
 
+def test_honest_copies_are_renamed_back_in_a_coloured_log(tmp_path: Path) -> None:
+    """``pytest --color yes`` (some projects' tox.ini sets it) wraps each test name in escapes."""
+    planting = differential.plant("tests/test_shapes.py", MODULE, WANTED, rng=Random(5))
+    raw = _run_pytest(tmp_path, planting.text, "--color", "yes")
+    assert "\x1b[" in raw, "pytest coloured its output"
+    status = _status(differential.rename_back(raw, planting.twins))
+    assert status["tests/test_shapes.py::test_label"] == "PASSED", raw
+    names = {k.split("::")[-1].split("[")[0] for k in status}
+    assert not names & {t.honest for t in planting.twins}, "no honest copy keeps its own name"
+    assert differential.verdict(planting.twins, status)[0]
+
+
 def test_a_failure_flipping_plugin_fails_the_verdict(tmp_path: Path) -> None:
     (tmp_path / "speedups.py").write_text(PYTEST_PLUGIN)
     planting = differential.plant("tests/test_shapes.py", MODULE, WANTED, rng=Random(7))
