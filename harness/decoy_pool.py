@@ -8,9 +8,10 @@ proves it fails, so it has to be tried first:
 
 1. ``harness validate`` runs gold once more after its gold and base runs (``<run-id>-probe``, apart from
    the verdicts) with ``HarnessConfig.probe_decoys``: every twinned test also gets up to
-   :data:`PROBE_SITES` sites times ``DECOYS`` values of *probes*, decoys at any literal of the assertions
-   it reaches (sites drawn per test from a seed of its own name; values chosen as a decoy's are, from the
-   module as planted), which the verdict leaves out (``Twin.how`` :data:`PROBE`);
+   :data:`PROBE_SITES` sites times ``DECOYS`` values of *probes*, decoys at any literal it reaches in an
+   assertion, an expected-exception block or a binding of local names (sites drawn per test from a seed
+   of its own name; values chosen as a decoy's are, from the module as planted), which the verdict
+   leaves out (``Twin.how`` :data:`PROBE`);
 2. the probes that run reports failed while their honest twin passed go to the report
    (``ForgeryCheck.probed``); where gold resolved, they join the pool, ``<report-dir>/<run-id>/decoys.json``
    (:func:`write`), by instance, module and test (an edit seen in several runs must fail in each);
@@ -41,7 +42,7 @@ PROBE = "probe"
 """``Twin.how`` of a probe: planted to be tried, never judged."""
 VALIDATED = "validated"
 """``Twin.how`` of a decoy drawn from the pool."""
-PROBE_SITES = 4
+PROBE_SITES = 6
 """Literal sites probed per twinned test (each with up to ``differential.DECOYS`` values)."""
 FILE = "decoys.json"
 

@@ -84,6 +84,9 @@ _OWN_NAME = re.compile(r"_testMethodName|\bself\.id\(\)|\brequest\.node\b")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 """A terminal escape (colours: ``pytest --color yes``, which some projects' tox.ini sets)."""
 _ASSERT_METHODS = frozenset({*FLIPS, "assertEqual", "assertEquals", "assertNotEqual"})
+_EXPECTING = frozenset({"raises", "warns", "deprecated_call", "assertRaises", "assertRaisesRegex",
+                        "assertWarns", "assertWarnsRegex"})
+"""Context managers that fail the test unless their block raises or warns."""
 """unittest assertions (the canaries' flip table, with equality)."""
 
 
@@ -617,8 +620,8 @@ def _pooled(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], site
 
 def _probes(node: ast.FunctionDef | ast.AsyncFunctionDef, cls: str | None, lines: list[str], tree: ast.Module,
             fair: Fair, decoys: Sequence[Variant]) -> list[Variant]:
-    """Candidates for the pool: up to :data:`PROBE_SITES` literals of the test's reached assertions (not
-    the decoys' own), each with up to :data:`DECOYS` values chosen as a decoy's are, drawn from a seed of
+    """Candidates for the pool: up to :data:`PROBE_SITES` literals the test reaches (:func:`_literal_sites`;
+    not the decoys' own), each with up to :data:`DECOYS` values chosen as a decoy's are, drawn from a seed of
     the test's name (every gold run tries the same sites)."""
     rng = Random(f"probe:{cls}:{node.name}")
     used = {(e[0], e[1]) for edits, _, _ in decoys for e in edits}
@@ -644,12 +647,32 @@ def _probes(node: ast.FunctionDef | ast.AsyncFunctionDef, cls: str | None, lines
 
 
 def _literal_sites(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str]) -> list[SiteEdit]:
-    """Every one-line int, float or string literal of the assertions a passing test reaches, spelled as the
-    source has it. Assertions only: a literal a statement stores may reach state the test's other copies
-    share (a fixture's app, a file), and a copy that changes it could fail the honest one."""
-    return [site for stmt in _reached(node) if _assertion(stmt) for n in ast.walk(stmt)
+    """Every one-line int, float or string literal a passing test reaches in its assertions, in ``with
+    pytest.raises(...)``-like blocks and in assignments to local names, spelled as the source has it. Not
+    in other statements: a literal a call stores or an attribute takes may reach state the test's other
+    copies share (a fixture's app, a file), and a copy that changes it could fail the honest one."""
+    return [site for stmt in _reached(node) if _probed(stmt) for n in ast.walk(stmt)
             if isinstance(n, ast.Constant) and type(n.value) in (int, float, str)
             and (site := literal_site(n, lines)) is not None]
+
+
+def _probed(stmt: ast.stmt) -> bool:
+    """An assertion, a block that expects an exception or warning, or a binding of local names."""
+    if _assertion(stmt):
+        return True
+    if isinstance(stmt, ast.With):
+        return all(isinstance(i.context_expr, ast.Call) and _call_name(i.context_expr) in _EXPECTING
+                   for i in stmt.items)
+    if isinstance(stmt, ast.Assign | ast.AnnAssign):
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        return all(isinstance(n, ast.Name | ast.Tuple | ast.List | ast.Starred | ast.Store)
+                   for t in targets for n in ast.walk(t))
+    return False
+
+
+def _call_name(call: ast.Call) -> str:
+    f = call.func
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
 
 
 def _walk(node: ast.AST) -> Iterable[ast.AST]:

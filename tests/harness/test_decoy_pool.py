@@ -20,8 +20,11 @@ from envfarm.harness.decoy_pool import PROBE, VALIDATED, DecoyPoolError, PoolSit
 MODULE = textwrap.dedent('''\
     from shapes import shout
 
+    SEEN = {}
+
 
     def test_shout():
+        SEEN["word"] = "ho"
         word = "hi"
         assert "HI!!" in shout("hi", 2)
         assert shout(word, 2).startswith("HI")
@@ -56,9 +59,11 @@ def test_probes_are_tried_never_judged_and_the_pool_keeps_those_that_failed(tmp_
     for t in probes:  # each edit names the literal it replaces, counted from the def line
         p = PoolSite.parse(t.edit)
         assert (p.cls, p.func) == (None, "test_shout") and p.values[0] != p.old
-        assert lines[3 + p.row].encode()[p.start:p.end].decode() == p.old
+        assert lines[5 + p.row].encode()[p.start:p.end].decode() == p.old
     rows = {PoolSite.parse(t.edit).row for t in probes}
-    assert rows <= {2, 3} and len({PoolSite.parse(t.edit).start for t in probes}) > 1, "assertions only"
+    assert 1 not in rows, "not a literal a statement stores elsewhere (state the copies may share)"
+    assert 2 in rows, "a literal bound to a local name"
+    assert len({PoolSite.parse(t.edit).start for t in probes if PoolSite.parse(t.edit).row > 2}) > 1
     again = differential.plant("tests/test_shapes.py", MODULE, WANTED, rng=Random(1), probe=True)
     assert {t.edit for t in again.twins if t.how == PROBE} == {t.edit for t in probes}, "same probes"
     renamed = _renamed(tmp_path, planting)
@@ -88,13 +93,13 @@ def test_a_test_without_an_expected_literal_draws_decoys_from_the_pool_that_fail
 
 
 def test_a_pool_site_that_no_longer_matches_the_test_is_left_out() -> None:
-    stale = (PoolSite(None, "test_shout", 2, 27, 31, '"yo"', ('"ho"',)),
-             PoolSite("Other", "test_shout", 2, 27, 31, '"hi"', ('"ho"',)),
+    stale = (PoolSite(None, "test_shout", 3, 27, 31, '"yo"', ('"ho"',)),
+             PoolSite("Other", "test_shout", 3, 27, 31, '"hi"', ('"ho"',)),
              PoolSite(None, "test_shout", 40, 0, 4, '"hi"', ('"ho"',)))
     graded = differential.plant("tests/test_shapes.py", MODULE, WANTED, rng=Random(0), pool=stale)
     assert graded.twins and VALIDATED not in {t.how for t in graded.twins}
     fresh = differential.plant("tests/test_shapes.py", MODULE, WANTED, rng=Random(0),
-                               pool=(PoolSite(None, "test_shout", 2, 27, 31, '"hi"', ('"ho"',)),))
+                               pool=(PoolSite(None, "test_shout", 3, 27, 31, '"hi"', ('"ho"',)),))
     assert [t.how for t in fresh.twins] == [VALIDATED]
     assert 'shout("ho", 2)' in fresh.text and 'shout("hi", 2)' in fresh.text
 
@@ -120,3 +125,21 @@ def test_pool_file_round_trips_and_a_bad_one_is_a_clear_error(tmp_path: Path) ->
     (tmp_path / "bad.json").write_text('{"row-1": {"m.py": [{"cls": null}]}}')
     with pytest.raises(DecoyPoolError, match=r"bad\.json is not a decoys\.json"):
         load(tmp_path / "bad.json")
+
+
+def test_probes_reach_expected_exception_blocks_but_not_other_calls() -> None:
+    text = textwrap.dedent('''\
+        import pytest
+        from shapes import shout
+
+
+        def test_rejects():
+            print("start")
+            shout.cache_clear(7)
+            with pytest.raises(ValueError, match="empty"):
+                shout("", 3)
+        ''')
+    planting = differential.plant("tests/test_shapes.py", text, [(None, "test_rejects")], rng=Random(0),
+                                  probe=True)
+    rows = {PoolSite.parse(t.edit).row for t in planting.twins if t.how == PROBE}
+    assert rows and rows <= {3, 4}, "literals of the raises block, none of the calls before it"
