@@ -1,7 +1,9 @@
 """``Sandbox.fork`` on bwrap and docker: copy-on-write writable paths, and a child that boots meanwhile.
 
 The writable paths of a sandbox on these backends (``/workspace``, ``/tmp``, ``/dev/shm``; the root is
-read-only) are overlays the host mounts in the layer store and binds into the sandbox (``overlay.py``).
+read-only) are overlays the host mounts in the layer store and binds into the sandbox (``overlay.py``),
+except ``/dev/shm``, a tmpfs of its own that a fork copies (glibc before 2.34 finds POSIX semaphores only
+on a tmpfs there: ``multiprocessing`` locks fail on an overlay).
 A fork, with the parent's command lock held (so between two commands, a consistent snapshot):
 
 1. freezes what the parent wrote since its last fork: its upper tmpfs is remounted read-only and becomes
@@ -12,11 +14,11 @@ A fork, with the parent's command lock held (so between two commands, a consiste
 3. starts the child's process tree in the background (``Backend.start`` without waiting): ``fork()``
    returns then, and the child's first call waits for its agent.
 
-Costs: a fork copies nothing (a stack deeper than ``overlay.MAX_DEPTH`` layers is flattened once); a child
-costs what it writes, bounded by its own uppers (``Limits.disk_mb`` each for /workspace and /tmp,
-``shm_mb`` for /dev/shm) while the frozen layers are shared. Writes, deletions (whiteouts) and permission
-changes stay in the upper of the sandbox that made them. Processes are not copied: the child's agent is
-fresh, background processes of the parent do not exist in it.
+Costs: a fork copies nothing but /dev/shm's files (a stack deeper than ``overlay.MAX_DEPTH`` layers is
+flattened once); a child costs what it writes, bounded by its own uppers (``Limits.disk_mb`` each for
+/workspace and /tmp, ``shm_mb`` for /dev/shm) while the frozen layers are shared. Writes, deletions
+(whiteouts) and permission changes stay in the upper of the sandbox that made them. Processes are not
+copied: the child's agent is fresh, background processes of the parent do not exist in it.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ def path_specs(disk_mb: int, shm_mb: int, agent: int, root: int) -> list[PathSpe
     """The writable paths as the host sees them: ``agent``/``root`` are the host uids of uid 1000 / 0."""
     return [PathSpec("workspace", disk_mb, agent, agent, 0o755),
             PathSpec("tmp", disk_mb, root, root, 0o1777),
-            PathSpec("shm", shm_mb, root, root, 0o1777)]
+            PathSpec("shm", shm_mb, root, root, 0o1777, copied=True)]
 
 
 class CowFiles:

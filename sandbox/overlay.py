@@ -6,6 +6,9 @@ under the layer store (``$ENVFARM_HOME/layers``, a shared mount), and bind-mount
     layers/l/<layer>/u, w        one tmpfs per layer: u holds the files, w is overlayfs' work folder
     layers/s/<sandbox>/<path>    the overlay: lowerdir = frozen layers (newest first), upperdir = a live layer
 
+``/dev/shm`` is no overlay but its live tmpfs itself (``PathSpec.copied``: old glibc wants a tmpfs
+there), and a fork copies its files into the child's own.
+
 A live layer (the upper) is a tmpfs of the path's cap (``Limits.disk_mb``, ``shm_mb``): what a sandbox
 writes is bounded by it, and only what it writes costs memory. A fork freezes the parent's upper (the
 tmpfs is remounted read-only, so nothing can change it again), and both the parent and the child get a
@@ -88,6 +91,10 @@ class PathSpec:
     uid: int
     gid: int
     mode: int
+    copied: bool = False
+    """The live tmpfs itself is bound at the path (no overlay), and a fork copies its files into the
+    child's: for a path whose file system must be tmpfs (glibc before 2.34 keeps POSIX semaphores and
+    shared memory only where ``statfs`` says tmpfs, else it tries the first tmpfs it finds, ``/dev``)."""
 
 
 @dataclass(frozen=True)
@@ -181,8 +188,11 @@ class LayerStore:
             (files.folder / META).write_text(json.dumps({"id": sandbox_id, **(meta or {})}))
             for spec in specs:
                 below = (lowers or {}).get(spec.name, ())
-                self._hold(files, below)
-                stack = self._fresh_stack(files, spec, below)
+                if spec.copied:
+                    stack = self._copied_stack(files, spec, below)
+                else:
+                    self._hold(files, below)
+                    stack = self._fresh_stack(files, spec, below)
                 self._mount_stack(files, stack)
         except BaseException:
             self.release(files)
@@ -198,6 +208,9 @@ class LayerStore:
                 raise ForkError(f"sandbox {parent.sandbox_id} was closed")
             out: dict[str, tuple[Layer, ...]] = {}
             for name, stack in list(parent.stacks.items()):
+                if stack.spec.copied:  # the child copies the live files (``_copied_stack``)
+                    out[name] = (stack.upper,)
+                    continue
                 if stack.dirty():
                     stack = self._refreeze(parent, stack)
                 out[name] = stack.lowers
@@ -229,9 +242,27 @@ class LayerStore:
         os.chmod(root, (st.st_mode & 0o7777) if st else spec.mode)
         return Stack(spec, lowers, upper, os.stat(root).st_ctime_ns)
 
+    def _copied_stack(self, files: Files, spec: PathSpec, source: tuple[Layer, ...]) -> Stack:
+        """A fresh tmpfs for a ``copied`` path, holding a copy of ``source``'s files (a parent's live
+        layer, when forking)."""
+        stack = replace(self._fresh_stack(files, spec, source), lowers=())
+        if source:
+            try:
+                subprocess.run(["cp", "-a", "--", f"{source[0].data}/.", str(stack.upper.data)], check=True,
+                               capture_output=True)
+            except subprocess.CalledProcessError as e:
+                raise ForkError(f"copying {spec.name} into {files.sandbox_id} failed: "
+                                f"{e.stderr.decode(errors='replace')[-500:]}") from e
+        return stack
+
     def _mount_stack(self, files: Files, stack: Stack) -> None:
         point = files.mount_point(stack.spec.name)
         point.mkdir(mode=0o755, exist_ok=True)
+        if stack.spec.copied:
+            _mount(str(stack.upper.data), point, None, MS_BIND)
+            _mount("none", point, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)
+            files.stacks[stack.spec.name] = stack
+            return
         below = ":".join(str(layer.data) for layer in stack.lowers) or str(self.empty)
         opts = f"lowerdir={below},upperdir={stack.upper.data},workdir={stack.upper.work},{OVERLAY_OPTS}"
         _mount("overlay", point, "overlay", MS_NOSUID | MS_NODEV, opts)

@@ -55,6 +55,20 @@ async def test_child_copies_files_modes_and_owners(isolated_backend: Backend) ->
             assert (await child.exec("whoami; touch new && stat -c %U new")).stdout == "agent\nagent\n"
 
 
+async def test_dev_shm_is_a_tmpfs_that_holds_semaphores(isolated_backend: Backend) -> None:
+    """glibc before 2.34 (Debian 11 and older images) keeps POSIX semaphores only where statfs says
+    tmpfs; on an overlay it tries /dev and ``multiprocessing.Lock()`` fails with EACCES."""
+    async with isolated_backend.open() as parent:
+        await parent.exec("echo shm > /dev/shm/s.txt", check=True)
+        async with await parent.fork() as child:
+            for sb in (parent, child):
+                assert (await sb.exec("stat -f -c %T /dev/shm; cat /dev/shm/s.txt")).stdout == "tmpfs\nshm\n"
+            lock = await child.exec(["python3", "-c", "import multiprocessing as m; m.Lock(); print('ok')"])
+            assert lock.stdout == "ok\n", lock.stderr
+            await child.exec("echo child > /dev/shm/s.txt", check=True)
+            assert (await parent.exec("cat /dev/shm/s.txt")).stdout == "shm\n"
+
+
 async def test_children_parent_and_siblings_are_independent(isolated_backend: Backend) -> None:
     async with isolated_backend.open() as parent:
         await parent.exec(PREPARE, check=True)
