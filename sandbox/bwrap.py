@@ -10,9 +10,9 @@ One sandbox is one process tree, started like this (the host runs as root):
           python3 -I -c AGENT             uid 1000 inside (= U outside), in /workspace
 
 Isolation: the host paths inside are the rootfs, read-only, and the sandbox's own writable paths:
-/workspace, /tmp and /dev/shm are overlays in envfarm's layer store whose upper layers are tmpfs of
-``Limits.disk_mb`` each (``Limits.shm_mb`` for /dev/shm), bound nosuid/nodev (``sandbox/fork.py``: they
-make forks copy-on-write); /dev holds bwrap's minimal device set,
+/workspace and /tmp are overlays in envfarm's layer store whose upper layers are tmpfs of
+``Limits.disk_mb`` each, and /dev/shm a tmpfs of ``Limits.shm_mb`` there, bound nosuid/nodev
+(``sandbox/fork.py``: they make forks copy-on-write); /dev holds bwrap's minimal device set,
 read-only; only ``lo`` exists; no capabilities, no_new_privs, no nested user namespaces; no /sys at all (a
 bind of the host's would leak it); Docker's default seccomp denials (``sandbox/seccomp.py``: keyrings,
 bpf, perf, io_uring, mounts, modules, new namespaces, ...; EPERM). pids, memory (no swap) and cpu come from

@@ -3,8 +3,9 @@
 Each container runs the agent itself as its main process (PID 1, so commands inside cannot signal it)
 with no network (``network_mode="none"``), no capabilities, no-new-privileges, Docker's default seccomp
 profile, uid 1000, a read-only root, size-capped writable /workspace and /tmp (``Limits.disk_mb``) and
-/dev/shm (``Limits.shm_mb``): overlays in envfarm's layer store, bound in with slave propagation, whose
-upper layers are tmpfs of those sizes (``sandbox/fork.py``: they make forks copy-on-write), pids/memory/CPU
+/dev/shm (``Limits.shm_mb``): overlays in envfarm's layer store (/dev/shm a plain tmpfs of its own), bound
+in with slave propagation, whose upper layers are tmpfs of those sizes (``sandbox/fork.py``: they make
+forks copy-on-write), pids/memory/CPU
 limits, an open-files cap (``Limits.open_files``), no core dumps, and no
 log driver (``none``: whatever the agent's stderr carries never reaches a host disk; the host reads the
 attach stream only).
