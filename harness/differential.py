@@ -687,9 +687,12 @@ def _walk(node: ast.AST) -> Iterable[ast.AST]:
 
 def _reached(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.stmt]:
     """Top-level statements of the body that run whenever the test passes: up to the first one that can
-    return or yield (a passing test got past every one of them)."""
+    return or yield (a passing test got past every one of them). A nested function or class is only
+    defined there: its own ``return`` does not end the test."""
     out = []
     for stmt in node.body:
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
         if any(isinstance(n, ast.Return | ast.Yield | ast.YieldFrom) for n in [stmt, *_walk(stmt)]):
             break
         out.append(stmt)
