@@ -206,6 +206,12 @@ BENCHES: dict[str, Bench] = {
     "attempts.json": Bench("Attempt groups from one state", "python bench/attempts.py", render_attempts),
     "harbor.json": Bench("Harbor task images and validation", "python bench/harbor.py --tasks TASKS "
                          "--task-ids IDS --max-workers 2 --backend docker", render_generic),
+    "canary_recogniser.json": Bench("Canary recogniser", "python bench/canary_recogniser.py --repo-source "
+                                    "MIRRORS --rows 60 --trials 3", render_generic),
+    "canary_recogniser_pool.json": Bench("Canary recogniser with a decoy pool",
+                                         "python bench/canary_recogniser.py --repo-source MIRRORS --rows 60 "
+                                         "--trials 3 --decoy-pool decoys.json --out "
+                                         "bench/results/canary_recogniser_pool.json", render_generic),
     "sandbox_live_bwrap.json": Bench("Sandboxes live at once: bwrap",
                                      "python bench/sandbox.py --live-only --backends bwrap --live 5000",
                                      render_live),
