@@ -189,7 +189,8 @@ def plant(module: str, text: str, wanted: Sequence[tuple[str | None, str]], adde
         if decoys is None:
             continue
         variants = [(edits, decoys[1], "") for edits in decoys[0]]
-        probes = _probes(node, cls, lines, tree, fair, variants) if probe else []
+        edited = added_set if old.get((cls, node.name)) is not None else None
+        probes = _probes(node, cls, lines, tree, variants, edited) if probe else []
         copies = [n for n in funcs if n is not node and id(n) not in done and _same_code(n, node, lines)]
         group = [node, *copies]
         twinned = [_twin(module, n, node, lines, tree, variants + (probes if n is node else []), taken, rng)
@@ -618,18 +619,27 @@ def _pooled(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], site
     return None
 
 
+PROBE_LOOKS = 2 * PROBE_SITES
+"""Literal sites a test's probes are looked for at, at most (a long test has hundreds, and choosing values
+walks the module)."""
+
+
 def _probes(node: ast.FunctionDef | ast.AsyncFunctionDef, cls: str | None, lines: list[str], tree: ast.Module,
-            fair: Fair, decoys: Sequence[Variant]) -> list[Variant]:
+            decoys: Sequence[Variant], added: set[str] | None = None) -> list[Variant]:
     """Candidates for the pool: up to :data:`PROBE_SITES` literals the test reaches (:func:`_literal_sites`;
     not the decoys' own), each with up to :data:`DECOYS` values chosen as a decoy's are, drawn from a seed of
-    the test's name (every gold run tries the same sites)."""
+    the test's name (every gold run tries the same sites). ``added``: for a test test_patch edits in place,
+    the lines it added, the only ones looked at (a literal elsewhere leaves the honest copy nearest to the
+    old version); a graded run checks a pool site's fairness exactly before it plants it (:func:`_pooled`),
+    so probes skip that check, which diffs the whole test per value."""
     rng = Random(f"probe:{cls}:{node.name}")
     used = {(e[0], e[1]) for edits, _, _ in decoys for e in edits}
-    sites = [e for e in _literal_sites(node, lines) if (e[0] - 1, e[1]) not in used]
+    sites = [e for e in _literal_sites(node, lines) if (e[0] - 1, e[1]) not in used
+             and (added is None or lines[e[0] - 1].strip() in added)]
     rng.shuffle(sites)
     out: list[Variant] = []
     tried = 0
-    for site in sites:
+    for site in sites[:PROBE_LOOKS]:
         if tried >= PROBE_SITES:
             break
         taken = [site[4]]
@@ -637,7 +647,7 @@ def _probes(node: ast.FunctionDef | ast.AsyncFunctionDef, cls: str | None, lines
             choose_value(site, lines, node, tree, rng, taken)  # type: ignore[arg-type]
         values = _alike(site, [v for v in dict.fromkeys(taken[1:]) if v != site[4]], node)
         variants = [[(site[0] - 1, site[1], site[3], v)] for v in values]
-        if not values or not fair(variants):
+        if not values:
             continue
         tried += 1
         where = (cls, node.name, site[0] - node.lineno, site[1], site[3], site[4])
