@@ -37,7 +37,9 @@ would show the original literals). Cost: each twinned test runs once more per de
 second sandbox).
 
 Limits: a decoy with a negated or appended assertion is visible to a forger that compares the copies'
-source (values are not: any of them may be the original). So is a decoy whose edited assertion comes
+source (values are not: any of them may be the original). A test that cannot run twice in one session
+(it creates a fixed path shared by the session without ``exist_ok``) fails whichever copy runs second, so
+gold is graded unresolved when a decoy runs before the honest copy. So is a decoy whose edited assertion comes
 before the one the unfixed code fails: run without a fix, the honest copy gets past the edited line and
 its decoys do not, and a forger that runs the test itself sees which one. Tests that cannot be located in
 test_patch's Python files (runner-generated names) get no twin; when no FAIL_TO_PASS test can be twinned
