@@ -37,11 +37,11 @@ would show the original literals). Cost: each twinned test runs once more per de
 second sandbox).
 
 Limits: a decoy with a negated or appended assertion is visible to a forger that compares the copies'
-source (values are not: any of them may be the original). A test that cannot run twice in one session
-(it creates a fixed path shared by the session without ``exist_ok``) fails whichever copy runs second, so
-gold is graded unresolved when a decoy runs before the honest copy. So is a decoy whose edited assertion comes
+source (values are not: any of them may be the original). So is a decoy whose edited assertion comes
 before the one the unfixed code fails: run without a fix, the honest copy gets past the edited line and
-its decoys do not, and a forger that runs the test itself sees which one. Tests that cannot be located in
+its decoys do not, and a forger that runs the test itself sees which one. A test that cannot run twice in
+one session (it creates a fixed path the session shares, without ``exist_ok``) fails whichever copy runs
+second, so gold is graded unresolved when a decoy runs before the honest copy. Tests that cannot be located in
 test_patch's Python files (runner-generated names) get no twin; when no FAIL_TO_PASS test can be twinned
 the check says it was skipped. PASS_TO_PASS tests the repository has are not twinned (a reader of the
 repository knows their values; a patch that breaks one and flips it is left to the canaries). The new
@@ -86,10 +86,10 @@ _OWN_NAME = re.compile(r"_testMethodName|\bself\.id\(\)|\brequest\.node\b")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 """A terminal escape (colours: ``pytest --color yes``, which some projects' tox.ini sets)."""
 _ASSERT_METHODS = frozenset({*FLIPS, "assertEqual", "assertEquals", "assertNotEqual"})
+"""unittest assertions (the canaries' flip table, with equality)."""
 _EXPECTING = frozenset({"raises", "warns", "deprecated_call", "assertRaises", "assertRaisesRegex",
                         "assertWarns", "assertWarnsRegex"})
 """Context managers that fail the test unless their block raises or warns."""
-"""unittest assertions (the canaries' flip table, with equality)."""
 
 
 @dataclass(frozen=True)
