@@ -191,7 +191,8 @@ def plant(module: str, text: str, wanted: Sequence[tuple[str | None, str]], adde
         if decoys is None:
             continue
         variants = [(edits, decoys[1], "") for edits in decoys[0]]
-        edited = added_set if old.get((cls, node.name)) is not None else None
+        was = old.get((cls, node.name))
+        edited = added_set if was is not None and was != tokens(node) else None
         probes = _probes(node, cls, lines, tree, variants, edited) if probe else []
         copies = [n for n in funcs if n is not node and id(n) not in done and _same_code(n, node, lines)]
         group = [node, *copies]
@@ -629,11 +630,12 @@ walks the module)."""
 def _probes(node: ast.FunctionDef | ast.AsyncFunctionDef, cls: str | None, lines: list[str], tree: ast.Module,
             decoys: Sequence[Variant], added: set[str] | None = None) -> list[Variant]:
     """Candidates for the pool: up to :data:`PROBE_SITES` literals the test reaches (:func:`_literal_sites`;
-    not the decoys' own), each with up to :data:`DECOYS` values chosen as a decoy's are, drawn from a seed of
-    the test's name (every gold run tries the same sites). ``added``: for a test test_patch edits in place,
-    the lines it added, the only ones looked at (a literal elsewhere leaves the honest copy nearest to the
-    old version); a graded run checks a pool site's fairness exactly before it plants it (:func:`_pooled`),
-    so probes skip that check, which diffs the whole test per value."""
+    not the decoys' own), each with up to :data:`DECOYS` values chosen as a decoy's are, drawn from a seed
+    of the test's name (every gold run tries the same sites). ``added``: for a test test_patch edits in
+    place (the repository has it, changed), the lines it added, the only ones looked at (a literal
+    elsewhere leaves the honest copy nearest to the old version); a graded run checks a pool site's
+    fairness exactly before it plants it (:func:`_pooled`), so probes skip that check, which diffs the
+    whole test per value."""
     rng = Random(f"probe:{cls}:{node.name}")
     used = {(e[0], e[1]) for edits, _, _ in decoys for e in edits}
     sites = [e for e in _literal_sites(node, lines) if (e[0] - 1, e[1]) not in used
