@@ -40,7 +40,7 @@ Limits: a decoy with a negated or appended assertion is visible to a forger that
 source (values are not: any of them may be the original). So is a decoy whose edited assertion comes
 before the one the unfixed code fails: run without a fix, the honest copy gets past the edited line and
 its decoys do not, and a forger that runs the test itself sees which one. A test that cannot run twice in
-one session (it creates a fixed path the session shares, without ``exist_ok``) fails whichever copy runs
+one test run (it creates a fixed path the run shares, without ``exist_ok``) fails whichever copy runs
 second, so gold is graded unresolved when a decoy runs before the honest copy. Tests that cannot be located in
 test_patch's Python files (runner-generated names) get no twin; when no FAIL_TO_PASS test can be twinned
 the check says it was skipped. PASS_TO_PASS tests the repository has are not twinned (a reader of the
