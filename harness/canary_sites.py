@@ -143,7 +143,7 @@ def _raises(call: ast.Call, free: dict[str, bool]) -> list[tuple[Edit, ...]]:
     exception class unrelated to it (neither a subclass of the other, not both in ``MIXED``): what the code
     raises, an ``E``, is then not caught, so the copy fails where the original passes.
     Classes the module names elsewhere when there are any (a class it never names would stand out)."""
-    if _func_name(call.func) not in RAISES or not call.args or not isinstance(call.args[0], ast.Name):
+    if func_name(call.func) not in RAISES or not call.args or not isinstance(call.args[0], ast.Name):
         return []
     old = call.args[0]
     cls = _error(old.id) if old.id in free else None
@@ -231,7 +231,7 @@ def _assert_literals(test: ast.expr, lines: list[str], sympy: frozenset[str] = f
     return [(site,) if (site := literal_site(n, lines)) else None for n in nodes]
 
 
-def _func_name(f: ast.expr) -> str:
+def func_name(f: ast.expr) -> str:
     return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
 
 
@@ -251,7 +251,7 @@ def _expected(side: ast.expr, sympy: frozenset[str] = frozenset()) -> list[ast.e
         return [x for e in (side.left, side.right) for x in _expected(e, sympy)
                 if type(literal_value(x)) is int and literal_value(x) not in (0, 1)]
     if isinstance(side, ast.Call):
-        name = _func_name(side.func)
+        name = func_name(side.func)
         out = [a for a in side.args if name in DATE_TYPES and type(literal_value(a)) is int]
         if (name in VALUE_TYPES or (name == "approx" and not side.keywords)) and side.args:
             # the first argument sets the value (a new one is never equal to it: see _distinct)
@@ -268,7 +268,7 @@ def _expected(side: ast.expr, sympy: frozenset[str] = frozenset()) -> list[ast.e
 def _unittest_literals(call: ast.Call, lines: list[str]) -> list[tuple[Edit, ...] | None]:
     """Literals of an assertion call: expected values of an equality (``assertEqual``, numpy's
     ``assert_equal``), int keywords of a count check (pytest's ``assert_outcomes(passed=1)``)."""
-    name = _func_name(call.func)
+    name = func_name(call.func)
     low = name.lower()
     if not low.startswith("assert") or any(w in low for w in ("raise", "warn", "log", "not", "almost")):
         return []

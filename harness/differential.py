@@ -66,7 +66,7 @@ from envfarm import pyast
 
 from .canary_clone import choose_value, is_literal, negating, used_alike
 from .canary_place import group_names, vocabulary
-from .canary_sites import FLIPS, failure_sites, literal_site
+from .canary_sites import FLIPS, failure_sites, func_name, literal_site
 from .canary_types import Edit as SiteEdit
 from .canary_types import added_tests
 from .decoy_pool import PROBE, PROBE_SITES, VALIDATED, PoolSite
@@ -675,18 +675,13 @@ def _probed(stmt: ast.stmt) -> bool:
     if _assertion(stmt):
         return True
     if isinstance(stmt, ast.With):
-        return all(isinstance(i.context_expr, ast.Call) and _call_name(i.context_expr) in _EXPECTING
+        return all(isinstance(i.context_expr, ast.Call) and func_name(i.context_expr.func) in _EXPECTING
                    for i in stmt.items)
     if isinstance(stmt, ast.Assign | ast.AnnAssign):
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
         return all(isinstance(n, ast.Name | ast.Tuple | ast.List | ast.Starred | ast.Store)
                    for t in targets for n in ast.walk(t))
     return False
-
-
-def _call_name(call: ast.Call) -> str:
-    f = call.func
-    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
 
 
 def _walk(node: ast.AST) -> Iterable[ast.AST]:
