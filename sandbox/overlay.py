@@ -247,12 +247,7 @@ class LayerStore:
         layer, when forking)."""
         stack = replace(self._fresh_stack(files, spec, source), lowers=())
         if source:
-            try:
-                subprocess.run(["cp", "-a", "--", f"{source[0].data}/.", str(stack.upper.data)], check=True,
-                               capture_output=True)
-            except subprocess.CalledProcessError as e:
-                raise ForkError(f"copying {spec.name} into {files.sandbox_id} failed: "
-                                f"{e.stderr.decode(errors='replace')[-500:]}") from e
+            _copy(source[0].data, stack.upper.data, f"copying {spec.name} into {files.sandbox_id}")
         return stack
 
     def _mount_stack(self, files: Files, stack: Stack) -> None:
@@ -298,10 +293,7 @@ class LayerStore:
                "lowerdir=" + ":".join(str(layer.data) for layer in lowers))
         try:
             os.rmdir(flat.data)
-            subprocess.run(["cp", "-a", "--", f"{view}/.", str(flat.data)], check=True, capture_output=True)
-        except subprocess.CalledProcessError as e:
-            raise ForkError(f"flattening the layers of {files.sandbox_id} failed: "
-                            f"{e.stderr.decode(errors='replace')[-500:]}") from e
+            _copy(view, flat.data, f"flattening the layers of {files.sandbox_id}")
         finally:
             _umount(view)
             view.rmdir()
@@ -375,6 +367,14 @@ def owner_pid(name: str, layer: bool) -> int | None:
         return int(name.rsplit("-", 2)[-2], 16)
     except (ValueError, IndexError):
         return None
+
+
+def _copy(source: Path, target: Path, what: str) -> None:
+    """``source``'s files into ``target`` with owners, modes and links as they are (``cp -a``)."""
+    try:
+        subprocess.run(["cp", "-a", "--", f"{source}/.", str(target)], check=True, capture_output=True)
+    except subprocess.CalledProcessError as e:
+        raise ForkError(f"{what} failed: {e.stderr.decode(errors='replace')[-500:]}") from e
 
 
 def _remove_layer(path: Path) -> None:
