@@ -191,9 +191,9 @@ def plant(module: str, text: str, wanted: Sequence[tuple[str | None, str]], adde
         if decoys is None:
             continue
         variants = [(edits, decoys[1], "") for edits in decoys[0]]
-        was = old.get((cls, node.name))
-        edited = added_set if was is not None and was != tokens(node) else None
-        probes = _probes(node, cls, lines, tree, variants, edited) if probe else []
+        probes = []
+        if probe:
+            probes = _probes(node, cls, lines, tree, variants, _edited(old, cls, node, added_set))
         copies = [n for n in funcs if n is not node and id(n) not in done and _same_code(n, node, lines)]
         group = [node, *copies]
         twinned = [_twin(module, n, node, lines, tree, variants + (probes if n is node else []), taken, rng)
@@ -620,6 +620,13 @@ def _pooled(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], site
         if variants and fair(variants):
             return variants, VALIDATED
     return None
+
+
+def _edited(old: Mapping[tuple[str | None, str], tuple[str, ...]], cls: str | None,
+            node: ast.FunctionDef | ast.AsyncFunctionDef, added: set[str]) -> set[str] | None:
+    """``added`` when the repository has the test, changed (test_patch edits it in place); else None."""
+    was = old.get((cls, node.name))
+    return added if was is not None and was != tokens(node) else None
 
 
 PROBE_LOOKS = 2 * PROBE_SITES
