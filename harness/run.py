@@ -22,6 +22,7 @@ BackendUnavailable): the caller classifies and retries them.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import secrets
@@ -292,8 +293,10 @@ async def _plant(sb: Sandbox, plan: Plan, steps: _Steps, texts: dict[str, str | 
         text = await _read(sb, f"{WORKDIR}/{module}")
         if text is None:
             continue
-        planting = canary.plant(module, text, canary.style_for(plan.log_parser), rng, known=known)
-        if not planting.hidden and _twinnable(plan, texts, olds):
+        # parsing and rewriting a long module takes seconds: off the event loop's thread
+        planting = await asyncio.to_thread(canary.plant, module, text, canary.style_for(plan.log_parser),
+                                           rng, known=known)
+        if not planting.hidden and await asyncio.to_thread(_twinnable, plan, texts, olds):
             steps.note(f"no canaries in {module}: they would copy tests the repository has; the differential "
                        "check's decoys stand in")
             return ()
@@ -337,10 +340,10 @@ async def _twin(sb: Sandbox, plan: Plan, steps: _Steps, texts: dict[str, str | N
             if not (wanted if first else then) or left <= 0 or text is None:
                 continue
             added = differential.added_lines(inst.test_patch, module)
-            planting = differential.plant(module, text, wanted if first else (), added, rng, limit=left,
-                                          reserved=reserved, then=() if first else then,
-                                          before=olds.get(module), pool=opts.pool.get(module, ()),
-                                          probe=opts.probe)
+            planting = await asyncio.to_thread(
+                differential.plant, module, text, wanted if first else (), added, rng, limit=left,
+                reserved=reserved, then=() if first else then, before=olds.get(module),
+                pool=opts.pool.get(module, ()), probe=opts.probe)
             if planting.twins:
                 await sb.write_file(f"{WORKDIR}/{module}", planting.text)
                 current[module] = planting.text

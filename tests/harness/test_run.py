@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -247,6 +248,29 @@ def test_tamper_policies_and_canaries(
     assert report.resolved is resolved
     assert sorted({f.rule for f in report.findings}) == rules
     assert all(f.action == "flagged" for f in report.findings)
+
+
+def test_planting_runs_off_the_event_loops_thread(
+    toy: tuple[Path, str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parsing and rewriting a long test module takes seconds; done on the loop's thread it would stall
+    every other instance in flight, so canaries and twins are planted in worker threads."""
+    from envfarm.harness import canary as canary_mod
+    from envfarm.harness import differential as differential_mod
+
+    seen: dict[str, bool] = {}
+
+    def spy(name: str, real: Callable[..., object]) -> Callable[..., object]:
+        def call(*args: object, **kwargs: object) -> object:
+            seen[name] = seen.get(name, True) and threading.current_thread() is not threading.main_thread()
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(canary_mod, "plant", spy("canaries", canary_mod.plant))
+    monkeypatch.setattr(differential_mod, "plant", spy("twins", differential_mod.plant))
+    report = run(toy, tmp_path, ("gold",)).reports["envfarm-tests__calc-gold"]
+    assert report.resolved
+    assert seen == {"canaries": True, "twins": True}
 
 
 def test_unsafe_patch_is_refused_without_running(toy: tuple[Path, str, Path], tmp_path: Path) -> None:
