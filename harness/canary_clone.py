@@ -4,7 +4,9 @@ A must-fail canary is a copy of a real test of the module (one known to pass wit
 test that test_patch adds when there is one), renamed in the module's naming style, placed among the tests
 test_patch adds, with one assertion that ran before made wrong: the expected literal of an ``==`` replaced by
 another literal of the same type (one the test or the module already uses, else a near value; never one
-``pytest.approx`` or ``Decimal`` would take for equal), else an element of an expected list display dropped or
+``pytest.approx`` or ``Decimal`` would take for equal; where the test uses that value at several expected
+literals and nowhere else, possibly the same new value at each, so that the copy uses its value as often as
+the original uses its own: :func:`value_sites`), else an element of an expected list display dropped or
 repeated, else the exception class of a ``raises(E, ...)`` swapped, else the assertion in another form that
 fails where it holds (``canary_sites.py``; one without an added ``not`` where there is one), else an
 ``==``/``in``/unittest assertion turned into its opposite, else ``assert x`` into ``assert not x``. The
@@ -89,7 +91,7 @@ def plant(module: str, text: str, style: Style, rng: Random, count: tuple[int, i
         names = group_names(s.node.name, len(members), vocab, s.node, tree, rng, taken)
         places = group_spots(s, len(members), sources, tree, known, module, style, rng)
         for (_, site, must_pass), name, place in zip(members, names, places, strict=True):
-            edits = [choose_value(e, lines, s.node, tree, rng, values.setdefault(id(site), [])) for e in site]
+            edits = choose_values(site, lines, s.node, tree, rng, values.setdefault(id(site), []))
             inserts.append((_render(s, edits, name, lines), place))
             canaries.append(Canary(name, must_pass, module))
     rng.shuffle(canaries)
@@ -115,8 +117,8 @@ def _best_site(s: Source, lines: list[str], tree: ast.Module, rng: Random) -> tu
         want = rng.choice((min, max))(growth)
         return 50, rng.choice([site for site, g in zip(sites, growth, strict=True) if g == want])
     quality = []
-    for site in s.sites:
-        found = _candidates(site[0], lines, s.node, tree, rng)
+    for site in value_sites(s.sites, s.node, lines):
+        found = _candidates(site[0], lines, s.node, tree, rng, own=len(site))
         quality.append((found[0][0] if found else 99, site))
     top = min(q for q, _ in quality)
     return top, rng.choice([site for q, site in quality if q == top])
@@ -149,10 +151,35 @@ def _text_span(lines: list[str], line: int, c1: int, line2: int, c2: int) -> str
 
 
 def is_literal(site: tuple[Edit, ...], lines: list[str]) -> bool:
-    """A literal replacement (its edit holds the old literal's text), not a flip or a negation."""
-    line, c1, line2, c2, text = site[0]
-    old = lines[line - 1].encode()[c1:c2].decode(errors="replace") if line == line2 else None
-    return len(site) == 1 and old == text
+    """A literal replacement (its edits hold the old literal's text, one literal or several spelled alike:
+    :func:`value_sites`), not a flip or a negation."""
+    return bool(site) and all(text == site[0][4] and line == line2 and _text_span(lines, line, c1, line, c2)
+                              == text for line, c1, line2, c2, text in site)
+
+
+def value_sites(sites: Sequence[tuple[Edit, ...]], node: ast.FunctionDef, lines: list[str]
+                ) -> list[tuple[Edit, ...]]:
+    """``sites`` and, for each literal whose value the test uses elsewhere only at other literal sites of
+    ``sites`` spelled alike, those literals together (one site that gives them one new value). A value
+    changed at one of its uses alone is used elsewhere in the original and nowhere else in the copy, which
+    tells the copy to a reader; changed at all of them, the copy uses its value as often as the original
+    does its own. All the sites are expected literals of assertions the test reaches, so the copy still
+    fails at the first of them."""
+    literal = [site for site in sites if len(site) == 1 and is_literal(site, lines)]
+    out, seen = list(sites), set()
+    in_test = _literals_all(node)
+    for (e,) in literal:
+        alike = tuple(x for (x,) in literal if x[4] == e[4])
+        if len(alike) < 2 or alike in seen:
+            continue
+        seen.add(alike)
+        try:
+            value = pyast.literal_eval(e[4])
+        except (SyntaxError, ValueError):
+            continue
+        if _count(in_test, value) == len(alike):
+            out.append(alike)
+    return out
 
 
 def _pick(pool: Sequence[Source], n: int, rng: Random) -> list[Source]:
@@ -273,15 +300,26 @@ def _render(s: Source, edits: list[Edit], name: str, lines: list[str]) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
+def choose_values(site: tuple[Edit, ...], lines: list[str], node: ast.FunctionDef, tree: ast.Module,
+                  rng: Random, taken: list[str]) -> list[Edit]:
+    """The edits of ``site`` as a copy makes them: a literal site's one new value (:func:`choose_value`) at
+    each of its literals; a flip or a negation as is."""
+    if not is_literal(site, lines):
+        return list(site)
+    value = choose_value(site[0], lines, node, tree, rng, taken, own=len(site))[4]
+    return [(line, c1, line2, c2, value) for line, c1, line2, c2, _ in site]
+
+
 def choose_value(e: Edit, lines: list[str], node: ast.FunctionDef, tree: ast.Module, rng: Random,
-                 taken: list[str]) -> Edit:
+                 taken: list[str], own: int = 1) -> Edit:
     """A literal site of test ``node`` (its text is the old literal) gets a new value, distinct from the
     values ``taken`` by other copies of the site (the new one is added); flips and negations are as is (see
-    :func:`_candidates`). Also the differential check's decoys (``differential.py``)."""
+    :func:`_candidates`; ``own``: how many of the test's literals take the new value). Also the
+    differential check's decoys (``differential.py``)."""
     line, c1, line2, c2, text = e
     if not is_literal((e,), lines):
         return e
-    for _, spelled in _candidates(e, lines, node, tree, rng):
+    for _, spelled in _candidates(e, lines, node, tree, rng, own):
         if spelled not in taken:
             taken.append(spelled)
             return (line, c1, line2, c2, spelled)
@@ -296,19 +334,20 @@ def choose_value(e: Edit, lines: list[str], node: ast.FunctionDef, tree: ast.Mod
     return (line, c1, line2, c2, _spell(new, text))
 
 
-def used_alike(e: Edit, spelled: str, node: ast.FunctionDef) -> bool:
-    """Whether ``spelled``, a new value for literal site ``e`` of test ``node``, is used elsewhere in the
-    test exactly when the old value is: a reader of a copy and its original compares the two, and a value
-    only the copy's site has marks the copy."""
+def used_alike(e: Edit, spelled: str, node: ast.FunctionDef, own: int = 1) -> bool:
+    """Whether ``spelled``, a new value for literal site ``e`` of test ``node`` (and for ``own`` - 1 more
+    literals alike: :func:`value_sites`), is used elsewhere in the test exactly when the old value is: a
+    reader of a copy and its original compares the two, and a value only the copy's site has marks the
+    copy."""
     try:
         old, new = pyast.literal_eval(e[4]), pyast.literal_eval(spelled)
     except (SyntaxError, ValueError):
         return True
     in_test = _literals_all(node)
-    return min(_count(in_test, old) - 1, 1) == min(_count(in_test, new), 1)
+    return min(_count(in_test, old) - own, 1) == min(_count(in_test, new), 1)
 
 
-def _candidates(e: Edit, lines: list[str], node: ast.FunctionDef, tree: ast.Module, rng: Random
+def _candidates(e: Edit, lines: list[str], node: ast.FunctionDef, tree: ast.Module, rng: Random, own: int = 1
                 ) -> list[tuple[int, str]]:
     """New values for a literal site, best first, each with how much it differs from the old one to a
     reader (:func:`_looks`: used elsewhere in the test or not, about as common in the module's text, about as
@@ -320,11 +359,11 @@ def _candidates(e: Edit, lines: list[str], node: ast.FunctionDef, tree: ast.Modu
     in_test, in_module = _literals_all(node), _literals_all(tree)
     module = "".join(lines)
     words = _words(tree)
-    want = _looks(value, in_test, module, own=True)
+    want = _looks(value, in_test, module, own=own)
     pool = list(dict.fromkeys([*(v for v in in_module if type(v) is type(value) and plain(v)),
                                *(_mutate(value, rng, words) for _ in range(40))]))
     rng.shuffle(pool)
-    scored = [(_mismatch(_looks(v, in_test, module, own=False), want), _spell(v, text)) for v in pool
+    scored = [(_mismatch(_looks(v, in_test, module, own=0), want), _spell(v, text)) for v in pool
               if _distinct(value, v)]
     scored = [x for x in scored if x[1] != text]
     scored.sort(key=lambda x: x[0])
@@ -350,9 +389,9 @@ def _distinct(old: object, new: object) -> bool:
     return True
 
 
-def _looks(value: object, in_test: list[object], module: str, own: bool) -> tuple[int, int, int]:
+def _looks(value: object, in_test: list[object], module: str, own: int) -> tuple[int, int, int]:
     """What a reader can see of a value: whether the test uses it elsewhere, how often its text occurs in
-    the module (capped), its length class. ``own``: ``value`` is the test's own (one use is the site)."""
+    the module (capped), its length class. ``own``: how many of the value's uses are the site's."""
     uses = _count(in_test, value) - own
     core = value.decode("latin-1") if isinstance(value, bytes) else str(value)
     seen = module.count(core) - own
@@ -420,6 +459,8 @@ def _far(value: object, taken: list[str], like: str) -> object:
             new = value / 2 ** k if abs(value) > 1 else value + k
             if _distinct(value, new) and _spell(new, like) not in taken:
                 return new
+    if isinstance(value, int) and not isinstance(value, bool):  # the near ones are all taken: the next free
+        return next(new for k in range(1, len(taken) + 2) if _spell(new := value + k, like) not in taken)
     return _mutate(value, Random(len(taken)), [])
 
 

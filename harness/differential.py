@@ -13,15 +13,18 @@ canaries are named: ``canary_place.group_names``), in random order:
 - up to :data:`DECOYS` **decoys**: the same test made wrong at one place a must-fail canary could be
   (``canary_sites.failure_sites``), so that each fails whenever the honest copy passes. Best first: the
   expected literal of an assertion, one value per decoy, chosen as a canary's values are (values the module
-  uses, about as common as the original; ``canary_clone.choose_value``), the last one on a line test_patch
-  added when there is one; where canaries were cloned from the test, at the literal where they differ from
-  it, with values none of them has; a literal of a test test_patch edits in place only where the
-  repository's version of the test is as far from each decoy as from the honest copy (a reader compares
-  them with it); with a decoy pool (``decoy_pool.py``, opt-in), up to three values gold was seen to fail
-  at another literal of the test; else one decoy with the assertion in another wrong form (``is None``
-  as ``is False``, ``<`` as ``>``, an exception class swapped), one without an added ``not`` first; else
-  one negated; else a failing assertion appended. An unchanged copy of the test (a must-pass canary) is
-  twinned with the same values, so no value is shared by more copies than the others.
+  uses, about as common as the original; ``canary_clone.choose_value``), at every expected literal of
+  that value where those are all its uses in the test (``canary_clone.value_sites``: a value changed at
+  one of its uses alone is used once more in the honest copy than in the decoy), the last one on a line
+  test_patch added when there is one; where canaries were cloned from the test, at the literal (or
+  literals alike) where they differ from it, with values none of them has; a literal of a test test_patch
+  edits in place only where the repository's version of the test is as far from each decoy as from the
+  honest copy (a reader compares them with it); with a decoy pool (``decoy_pool.py``, opt-in), up to
+  three values gold was seen to fail at another literal of the test; else one decoy with the assertion in
+  another wrong form (``is None`` as ``is False``, ``<`` as ``>``, an exception class swapped), one
+  without an added ``not`` first; else one negated; else a failing assertion appended. An unchanged copy
+  of the test (a must-pass canary) is twinned with the same values, so no value is shared by more copies
+  than the others.
 
 Verdict (:func:`verdict`): a decoy reported passed while its honest twin passed, or a decoy missing from the
 results while its twin passed, proves the results forged: the instance is not resolved and the report says
@@ -64,7 +67,7 @@ from random import Random
 
 from envfarm import pyast
 
-from .canary_clone import choose_value, is_literal, negating, used_alike
+from .canary_clone import choose_value, is_literal, negating, used_alike, value_sites
 from .canary_place import group_names, vocabulary
 from .canary_sites import FLIPS, failure_sites, func_name, literal_site
 from .canary_types import Edit as SiteEdit
@@ -503,38 +506,49 @@ def _shared_decoys(node: ast.FunctionDef | ast.AsyncFunctionDef, funcs: Sequence
     from it, with values none of them has: the honest copy, its decoys and those canaries then differ
     pairwise in that one value, so none of them sits at the centre of the others (a decoy elsewhere would
     be one edit from the honest copy and two from each canary, which singles the honest copy out)."""
-    differing: dict[int, tuple[ast.Constant, list[str]]] = {}
+    differing: dict[tuple[int, ...], tuple[tuple[ast.Constant, ...], list[str]]] = {}
     for other in funcs:
         if other is node:
             continue
-        diffs = _constant_diffs(node, other)
-        if diffs is not None and len(diffs) == 1:
-            mine, theirs = diffs[0]
-            differing.setdefault(id(mine), (mine, []))[1].append(_segment(lines, theirs))
+        diffs = _constant_diffs(node, other) or []
+        # one value, or one value at each of its literals alike (canary_clone.value_sites)
+        olds, news = {_segment(lines, m) for m, _ in diffs}, {_segment(lines, t) for _, t in diffs}
+        if len(olds) == len(news) == 1:
+            mine = tuple(m for m, _ in diffs)
+            differing.setdefault(tuple(map(id, mine)), (mine, []))[1].append(_segment(lines, diffs[0][1]))
     # only where a canary's value may change: an expected literal (a differing input, as between two real
     # tests one constant apart, would give decoys that pass)
     expected = {site[0][:2] for site in sites if is_literal(site, lines)}
     ranked = sorted(differing.values(), key=lambda v: -len(v[1]))
-    for constant, used in ranked:
-        site = literal_site(constant, lines)
-        if site is None or site[:2] not in expected:
+    for constants, used in ranked:
+        found = [literal_site(c, lines) for c in constants]
+        site = tuple(e for e in found if e is not None and e[:2] in expected)
+        if len(site) < len(constants):
             continue
-        taken = [site[4], *used]
-        for _ in range(DECOYS):
-            choose_value(site, lines, node, tree, rng, taken)  # type: ignore[arg-type]
-        values = _alike(site, [v for v in dict.fromkeys(taken[len(used) + 1:])
-                               if v not in used and v != site[4]], node)
-        variants = [[(site[0] - 1, site[1], site[3], v)] for v in values]
+        values = _values(site, lines, node, tree, rng, used)
+        variants = [[(e[0] - 1, e[1], e[3], v) for e in site] for v in values]
         if values and fair(variants):
             return variants, "literal"
     return None
 
 
-def _alike(site: SiteEdit, values: list[str], node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+def _values(site: Site, lines: list[str], node: ast.FunctionDef | ast.AsyncFunctionDef, tree: ast.Module,
+            rng: Random, used: Sequence[str] = ()) -> list[str]:
+    """Up to :data:`DECOYS` new values for a literal site (one literal, or several alike), none of them in
+    ``used`` (the canaries'), used alike (:func:`_alike`)."""
+    edit = site[0]
+    taken = [edit[4], *used]
+    for _ in range(DECOYS):
+        choose_value(edit, lines, node, tree, rng, taken, own=len(site))  # type: ignore[arg-type]
+    return _alike(site, [v for v in dict.fromkeys(taken[len(used) + 1:]) if v not in used and v != edit[4]],
+                  node)
+
+
+def _alike(site: Site, values: list[str], node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
     """The decoy values used elsewhere in the test exactly when the honest one is (``used_alike``), or the
     first value when none is: a decoy a reader tells by that gives a forger nothing (it is dropped from the
     guess) while it marks itself a decoy, so it is planted only where no other can be."""
-    return [v for v in values if used_alike(site, v, node)] or values[:1]  # type: ignore[arg-type]
+    return [v for v in values if used_alike(site[0], v, node, own=len(site))] or values[:1]  # type: ignore[arg-type]
 
 
 def _constant_diffs(a: ast.AST, b: ast.AST) -> list[tuple[ast.Constant, ast.Constant]] | None:
@@ -571,16 +585,15 @@ def _decoys(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], fail
     first: the member of a pair with the negated form is the copy to a reader), else one failing assertion
     appended. Before the other forms: decoys from ``pool``, the test's sites gold failed (:func:`_pooled`)."""
     sites = [site for site in failing if all(e[0] == e[2] for e in site)]
-    literal = [site for site in sites if is_literal(site, lines)]
+    literal = [site for site in value_sites(sites, node, lines) if is_literal(site, lines)]  # type: ignore[arg-type]
     # the last literal on a line test_patch added: the unfixed code is likeliest to fail there or before,
-    # so that the honest copy and its decoys fail at one assertion alike (see Limits above)
-    literal.sort(key=lambda site: (lines[site[0][0] - 1].strip() not in added, -site[0][0], -site[0][1]))
-    for (edit,) in literal:
-        taken = [edit[4]]
-        for _ in range(DECOYS):
-            choose_value(edit, lines, node, tree, rng, taken)  # type: ignore[arg-type]
-        values = _alike(edit, [v for v in dict.fromkeys(taken[1:]) if v != edit[4]], node)
-        variants = [[(edit[0] - 1, edit[1], edit[3], v)] for v in values]
+    # so that the honest copy and its decoys fail at one assertion alike (see Limits above); a value's
+    # literals together before one of them alone (its decoys can be used alike)
+    literal.sort(key=lambda site: (lines[site[-1][0] - 1].strip() not in added, -site[-1][0], -site[-1][1],
+                                   -len(site)))
+    for site in literal:
+        values = _values(site, lines, node, tree, rng)
+        variants = [[(e[0] - 1, e[1], e[3], v) for e in site] for v in values]
         if values and fair(variants):
             return variants, "literal"
     if (from_pool := _pooled(node, lines, pool, rng, fair)) is not None:
@@ -656,7 +669,7 @@ def _probes(node: ast.FunctionDef | ast.AsyncFunctionDef, cls: str | None, lines
         taken = [site[4]]
         for _ in range(DECOYS):
             choose_value(site, lines, node, tree, rng, taken)  # type: ignore[arg-type]
-        values = _alike(site, [v for v in dict.fromkeys(taken[1:]) if v != site[4]], node)
+        values = _alike((site,), [v for v in dict.fromkeys(taken[1:]) if v != site[4]], node)
         variants = [[(site[0] - 1, site[1], site[3], v)] for v in values]
         if not values:
             continue

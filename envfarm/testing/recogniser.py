@@ -8,8 +8,8 @@ one assertion changed, under new names). Its decision, per test of the module:
 1. a test the repository has, unchanged (same name, same code) is real; so is one whose name the repository
    has (test_patch edits tests in place; canaries always take new names);
 2. a test with a new name and no *twin* (another test of the module with the same code up to the name and at
-   most a few AST tokens: a value, an operator, a ``not``; ``strong``: or with all statements the same but
-   one, itself a few tokens from its counterpart) is real;
+   most a few AST tokens: a value, an operator, a ``not``; ``strong``: or one value replaced by another at
+   every use, or with all statements the same but one, itself a few tokens from its counterpart) is real;
 3. of a twin pair, the member scored as the copy is the canary: its twin is in the repository; its assertion
    is the negated form; its literal is used nowhere else in the test or the module while its twin's is; its
    name has fewer words from its own body; it comes second; and (``strong``, the default) in a group of three
@@ -207,9 +207,10 @@ def _few_tokens_apart(t: Test, u: Test) -> bool:
 
 
 def _one_statement_apart(t: Test, u: Test) -> bool:
-    """Twins: a few tokens apart, or the same statements but one, itself a few tokens from its counterpart
-    (an assertion rewritten in another form: ``not x`` as ``x is False``)."""
-    if _few_tokens_apart(t, u):
+    """Twins: a few tokens apart, or one value the other has at each of its uses (``canary_clone.value_sites``
+    changes them all), or the same statements but one, itself a few tokens from its counterpart (an
+    assertion rewritten in another form: ``not x`` as ``x is False``)."""
+    if _few_tokens_apart(t, u) or _one_value_apart(t, u):
         return True
     a, b = t.statements, u.statements
     if _appended(t, u) or _appended(u, t):
@@ -221,6 +222,18 @@ def _one_statement_apart(t: Test, u: Test) -> bool:
         return False
     i = apart[0]
     return _distance(t.parts[i], u.parts[i]) <= 2 * TWIN_TOKENS
+
+
+def _one_value_apart(t: Test, u: Test) -> bool:
+    """The same tokens but for one literal value of one that is another value of the other, wherever either
+    has it."""
+    if len(t.tokens) != len(u.tokens):
+        return False
+    pairs = {(a, b) for a, b in zip(t.tokens, u.tokens, strict=True) if a != b}
+    if len(pairs) != 1:
+        return False
+    ((a, b),) = pairs
+    return a.startswith("=") and b.startswith("=") and a not in u.tokens and b not in t.tokens
 
 
 def _appended(t: Test, u: Test) -> bool:

@@ -640,3 +640,37 @@ def test_a_seeded_planting_does_not_depend_on_the_hash_seed() -> None:
     runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "3")}
     assert len(runs) == 1 and "def test" in runs.pop()
+
+
+REPEATED = textwrap.dedent('''\
+    import subprocess
+    import sys
+
+
+    def test_exit_codes():
+        run = subprocess.run([sys.executable, "-c", "pass"])
+        assert run.returncode == 0
+        again = subprocess.run([sys.executable, "-c", "pass"])
+        assert again.returncode == 0
+''')
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_value_the_test_repeats_changes_at_every_use(tmp_path: Path, seed: int) -> None:
+    """The test's only number is its expected 0, used twice: a copy that changed one use alone would use its
+    value once where the original uses 0 twice (a reader counts uses), so a must-fail copy changes both to
+    one value, and still fails when it runs."""
+    ids = ["tests/test_mod.py::test_exit_codes"]
+    patch = "--- /dev/null\n+++ b/tests/test_mod.py\n" + "".join(f"+{x}\n" for x in REPEATED.splitlines())
+    planting = canary.plant("tests/test_mod.py", REPEATED, "function", Random(seed),
+                            known=canary.known_for(ids, [], patch))
+    fns = _functions(planting.text)
+    wrong = [c for c in planting.canaries if not c.must_pass]
+    assert wrong, planting.text
+    for c in wrong:
+        values = [n.comparators[0].value for n in ast.walk(fns[c.name]) if isinstance(n, ast.Compare)]
+        assert len(values) == 2 and values[0] == values[1] != 0, ast.unparse(fns[c.name])
+    out = _results(tmp_path, planting.text, "pytest")
+    status = _swebench.load().log_parsers.PARSER_REGISTRY["parse_log_pytest"](out, None)
+    assert canary.verdict(planting.canaries, status) == [], out
+    assert status["test_mod.py::test_exit_codes"] == "PASSED", out

@@ -252,6 +252,46 @@ def test_a_decoy_value_is_used_elsewhere_in_the_test_as_the_honest_one_is(seed: 
         assert re.search(r"got.first == ([0-9]+)", decoy)[1] in {"4", "7"}, decoy  # type: ignore[index]
 
 
+REPEATS = textwrap.dedent("""\
+    from shapes import area
+
+
+    def test_square():
+        assert area(2.0, 3.0) - area(3.0, 2.0) == 0
+        assert area(1.5, 4.0) - area(4.0, 1.5) == 0
+""")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_decoy_changes_a_value_the_test_repeats_at_every_use(tmp_path: Path, seed: int) -> None:
+    """The honest 0 is the test's only int, expected twice: a decoy that changed one 0 alone would use its
+    value once where the honest copy uses 0 twice (a reader counts uses). Decoys change both to one value,
+    at the site the canaries cloned from the test take too, with none of their values; every decoy fails,
+    the honest copy passes."""
+    from envfarm.harness import canary
+
+    ids = ["tests/test_shapes.py::test_square"]
+    added = "--- /dev/null\n+++ b/tests/test_shapes.py\n" + "".join(f"+{x}\n" for x in REPEATS.splitlines())
+    planted = canary.plant("tests/test_shapes.py", REPEATS, "function", Random(seed),
+                           known=canary.known_for(ids, [], added))
+    planting = differential.plant("tests/test_shapes.py", planted.text, [(None, "test_square")],
+                                  rng=Random(seed))
+    assert planting.twins and {t.how for t in planting.twins} == {"literal"}, planting.text
+
+    def expected(name: str) -> list[str]:
+        return re.findall(r"\) == (-?\d+)", planting.text.split(f"def {name}():", 1)[1].split("\n\n", 1)[0])
+
+    canaries = {v for c in planted.canaries if not c.must_pass for v in expected(c.name)}
+    assert canaries and "0" not in canaries, "canaries change both 0s too"
+    for t in planting.twins:
+        values = expected(t.decoy)
+        assert len(values) == 2 and values[0] == values[1] != "0" and values[0] not in canaries, values
+    status = _status(differential.rename_back(_run_pytest(tmp_path, planting.text), planting.twins))
+    assert status["tests/test_shapes.py::test_square"] == "PASSED", status
+    assert {status[f"tests/test_shapes.py::{t.decoy}"] for t in planting.twins} == {"FAILED"}, status
+    assert differential.verdict(planting.twins, status)[0]
+
+
 def test_verdict_on_sympy_and_django_keys_and_missing_decoys() -> None:
     twin = Twin("test_sqrt", "sympy/core/tests/test_power.py", "test_sqrt_ab1", "test_sqrt_cd2", "negated")
     honest_only = {"test_sqrt": "PASSED"}

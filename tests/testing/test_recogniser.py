@@ -122,6 +122,19 @@ def test_the_strong_rule_pairs_forms_the_compact_rule_misses() -> None:
     assert not any(j.canary for j in compact.values())
 
 
+def test_the_strong_rule_pairs_a_value_changed_at_every_use() -> None:
+    """Canaries and decoys change a value at every expected literal that holds it: six uses apart are more
+    tokens than twins differ by, yet the strong rule pairs them (one of the two is a canary); a value
+    changed at four of its six uses is no such pair."""
+    checks = "".join(f"    assert area({w}.0, 1.0) - area(1.0, {w}.0) == 0\n" for w in range(2, 8))
+    text = "def test_sym():\n" + checks + "\n\ndef test_sym_all():\n" + checks.replace("== 0", "== 9")
+    assert sum(j.canary for j in judge(text, None).values()) == 1
+    assert not any(j.canary for j in judge(text, None, strong=False).values())
+    partly = text.replace("area(7.0, 1.0) - area(1.0, 7.0) == 9", "area(7.0, 1.0) - area(1.0, 7.0) == 0")
+    partly = partly.replace("area(6.0, 1.0) - area(1.0, 6.0) == 9", "area(6.0, 1.0) - area(1.0, 6.0) == 0")
+    assert not any(j.canary for j in judge(partly, None).values())
+
+
 def test_a_copy_with_an_appended_assertion_is_the_copy() -> None:
     """The differential check's last-resort decoy (the test with a failing assertion appended) is twinned
     with its original by the strong rule and called the canary, whichever comes first."""
