@@ -3,10 +3,11 @@ which the copy fails where the original passes.
 
 Best first: the expected literal of an ``==`` (another value of its type, chosen when the clone is rendered),
 an element of an expected list display dropped or repeated, the exception class of a ``raises(E, ...)``
-swapped for an unrelated built-in one, the assertion in another form that fails where it holds (``x is
-None`` as ``x is False``, ``not x`` as ``x``, ``a < b`` as ``a > b``), an ``==``/``in``/unittest assertion
-turned into its opposite, ``assert x`` into ``assert not x``. Only top-level statements with no ``return``
-or skip before them: when the original passes, the copy reaches the edited one.
+swapped for an unrelated built-in one, an expected enum member swapped for another, the assertion in another
+form that fails where it holds (``x is None`` as ``x is False``, ``not x`` as ``x``, ``a < b`` as ``a > b``),
+an ``==``/``in``/unittest assertion turned into its opposite, ``assert x`` into ``assert not x``. Only
+top-level statements with no ``return`` or skip before them: when the original passes, the copy reaches the
+edited one.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ def failure_sites(node: ast.FunctionDef, lines: list[str], tree: ast.Module) -> 
     literal: list[tuple[Edit, ...]] = []
     drop: list[tuple[Edit, ...]] = []
     raising: list[tuple[Edit, ...]] = []
+    member: list[tuple[Edit, ...]] = []
     swap: list[tuple[Edit, ...]] = []
     flip: list[tuple[Edit, ...]] = []
     negate: list[tuple[Edit, ...]] = []
@@ -77,6 +79,7 @@ def failure_sites(node: ast.FunctionDef, lines: list[str], tree: ast.Module) -> 
                 stmt.test.op, ast.And) else [stmt.test]
             literal += [e for part in parts for e in _assert_literals(part, lines, sympy) if e]
             drop += [e for part in parts for e in _drops(part, lines)]
+            member += [e for part in parts for e in _members(part, tree)]
             swap += _swaps(stmt.test, lines)
             flip += [e for e in [_assert_flip(stmt.test, lines)] if e]
             if not isinstance(stmt.test, ast.Compare):
@@ -88,7 +91,7 @@ def failure_sites(node: ast.FunctionDef, lines: list[str], tree: ast.Module) -> 
         if isinstance(stmt, ast.With):
             raising += [e for item in stmt.items if isinstance(item.context_expr, ast.Call)
                         for e in _raises(item.context_expr, free)]
-    return literal or drop or raising or swap or flip or negate
+    return literal or drop or raising or member or swap or flip or negate
 
 
 RAISES = frozenset({"raises", "assertRaises", "assertRaisesRegex"})
@@ -100,6 +103,47 @@ MIXED: tuple[type[Exception], ...] = (AttributeError, LookupError, OSError, Type
 requests' ``InvalidURL(IOError, ValueError)``, ``io.UnsupportedOperation(OSError, ValueError)``, attribute
 dicts' ``KeyError``/``AttributeError``): a swap never goes from one of them to another, since what the
 code raises might be both."""
+
+
+MEMBER = re.compile(r"^[A-Z][A-Z0-9_]*$")
+"""An enum member's name (``ExitCode.OK``), of a class named in CamelCase (``CAMEL``)."""
+CAMEL = re.compile(r"^[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*$")
+
+
+def _members(test: ast.expr, tree: ast.Module) -> list[tuple[Edit, ...]]:
+    """``x == Base.NAME`` with ``NAME`` swapped for another member of ``Base`` the module names (pytest's
+    ``result.ret == ExitCode.OK`` as ``ExitCode.USAGE_ERROR``): ``x`` is one member, so the copy fails where
+    the original passes, with no ``not`` added. Assumes distinct members differ (an enum alias, two names
+    for one value, would let the copy pass: the canary check then flags the run)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return []
+    sides = [x for x in (test.left, test.comparators[0]) if _member(x)]
+    if len(sides) != 1 or not isinstance(side := sides[0], ast.Attribute):
+        return []
+    line, end, base = side.end_lineno, side.end_col_offset, side.value
+    if line is None or end is None or line != side.lineno or not isinstance(base, ast.Name):
+        return []
+    others = sorted(_named_members(tree).get(base.id, set()) - {side.attr})
+    return [((line, end - len(side.attr), line, end, other),) for other in others]
+
+
+def _member(n: ast.expr) -> bool:
+    return isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and bool(
+        MEMBER.match(n.attr) and CAMEL.match(n.value.id))
+
+
+_MEMBERS: weakref.WeakKeyDictionary[ast.Module, dict[str, set[str]]] = weakref.WeakKeyDictionary()
+
+
+def _named_members(tree: ast.Module) -> dict[str, set[str]]:
+    """The members (``MEMBER`` names) the module reads of each CamelCase name."""
+    if (known := _MEMBERS.get(tree)) is None:
+        known = {}
+        for n in ast.walk(tree):
+            if _member(n) and isinstance(n.ctx, ast.Load):  # type: ignore[arg-type, attr-defined]
+                known.setdefault(n.value.id, set()).add(n.attr)  # type: ignore[attr-defined]
+        _MEMBERS[tree] = known
+    return known
 
 
 _FREE: weakref.WeakKeyDictionary[ast.Module, dict[str, bool]] = weakref.WeakKeyDictionary()

@@ -182,10 +182,12 @@ def plant(module: str, text: str, wanted: Sequence[tuple[str | None, str]], adde
         spots += found
     made: list[tuple[tuple[Twin, ...], int, int, str]] = []
     done: set[int] = set()
+    codes: set[tuple[str, ...]] | None = None  # of every function, once a test is twinnable
     for node in spots:
         if len(made) >= limit or id(node) in done or not _twinnable(node, lines):
             continue
-        sites = failure_sites(node, lines, tree)  # type: ignore[arg-type]
+        codes = codes if codes is not None else {tokens(f) for f in funcs}
+        sites = _unlike(node, codes, lines, failure_sites(node, lines, tree))  # type: ignore[arg-type]
         cls = parents[id(node)]
         fair = _fair_to(old.get((cls, node.name)), node, lines)
         mine = [s for s in pool if (s.cls, s.func) == (cls, node.name)]
@@ -451,11 +453,8 @@ def _fair_to(old: tuple[str, ...] | None, node: ast.FunctionDef | ast.AsyncFunct
     original = lines[start:end]
 
     def far(text: list[str]) -> int:
-        try:
-            parsed = pyast.parse(textwrap.dedent("".join(text))).body[0]
-        except (SyntaxError, ValueError, IndexError):
-            return -1
-        return token_distance(old or (), tokens(parsed))
+        code = _code(text)
+        return -1 if code is None else token_distance(old or (), code)
 
     honest = far(original) if old is not None else 0  # once per test, not per site tried
 
@@ -464,6 +463,25 @@ def _fair_to(old: tuple[str, ...] | None, node: ast.FunctionDef | ast.AsyncFunct
         return honest == 0 or all(far(_edit(original, start, v)) == honest for v in variants)
 
     return fair
+
+
+def _code(text: list[str]) -> tuple[str, ...] | None:
+    """The :func:`tokens` of the function ``text`` holds (None: it does not parse)."""
+    try:
+        return tokens(pyast.parse(textwrap.dedent("".join(text))).body[0])
+    except (SyntaxError, ValueError, IndexError):
+        return None
+
+
+def _unlike(node: ast.FunctionDef | ast.AsyncFunctionDef, codes: set[tuple[str, ...]], lines: list[str],
+            sites: Sequence[Site]) -> list[Site]:
+    """``sites`` less the one-line wrong forms (not literals, whose values are chosen apart) that would make
+    the test the same code as a function of the module (``codes``: their :func:`tokens`), such as a canary
+    cloned from it with that form: two copies alike would both be the altered ones to a reader."""
+    start, end = _span(node)
+    original = lines[start:end]
+    return [site for site in sites if is_literal(site, lines) or any(e[0] != e[2] for e in site)
+            or _code(_edit(original, start, [(e[0] - 1, e[1], e[3], e[4]) for e in site])) not in codes]
 
 
 def tokens(node: ast.AST) -> tuple[str, ...]:

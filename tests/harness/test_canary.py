@@ -674,3 +674,49 @@ def test_a_value_the_test_repeats_changes_at_every_use(tmp_path: Path, seed: int
     status = _swebench.load().log_parsers.PARSER_REGISTRY["parse_log_pytest"](out, None)
     assert canary.verdict(planting.canaries, status) == [], out
     assert status["test_mod.py::test_exit_codes"] == "PASSED", out
+
+
+MEMBERS = textwrap.dedent('''\
+    import enum
+
+
+    class Exit(enum.IntEnum):
+        OK = 0
+        FAILED = 1
+        USAGE = 4
+
+
+    def run(ok):
+        return Exit.OK if ok else Exit.FAILED
+
+
+    def test_usage_is_its_own_code():
+        assert Exit.USAGE != Exit.FAILED
+
+
+    def test_run_ok():
+        assert run(True) == Exit.OK
+
+
+    def test_run_fails():
+        assert run(False) == Exit.FAILED
+''')
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_an_expected_enum_member_is_swapped_for_another_not_negated(tmp_path: Path, seed: int) -> None:
+    """``result.ret == ExitCode.OK`` has no literal: its copy compares with another member the module names
+    (no ``!=``, which would single the copy out), and fails when it runs."""
+    ids = ["tests/test_mod.py::test_run_ok", "tests/test_mod.py::test_run_fails"]
+    patch = "--- /dev/null\n+++ b/tests/test_mod.py\n" + "".join(f"+{x}\n" for x in MEMBERS.splitlines())
+    planting = canary.plant("tests/test_mod.py", MEMBERS, "function", Random(seed),
+                            known=canary.known_for(ids, [], patch))
+    fns = _functions(planting.text)
+    wrong = [c for c in planting.canaries if not c.must_pass]
+    assert wrong, planting.text
+    for c in wrong:
+        text = ast.unparse(fns[c.name])
+        assert "!=" not in text and re.search(r"== Exit\.(OK|FAILED|USAGE)$", text), text
+    out = _results(tmp_path, planting.text, "pytest")
+    status = _swebench.load().log_parsers.PARSER_REGISTRY["parse_log_pytest"](out, None)
+    assert canary.verdict(planting.canaries, status) == [], out

@@ -292,6 +292,57 @@ def test_a_decoy_changes_a_value_the_test_repeats_at_every_use(tmp_path: Path, s
     assert differential.verdict(planting.twins, status)[0]
 
 
+MEMBERS = textwrap.dedent("""\
+    import enum
+
+
+    class Exit(enum.IntEnum):
+        OK = 0
+        FAILED = 1
+        USAGE = 4
+        INTERNAL = 3
+
+
+    def run(ok):
+        return Exit.OK if ok else Exit.FAILED
+
+
+    def test_codes_differ():
+        assert len({Exit.OK, Exit.FAILED, Exit.USAGE, Exit.INTERNAL}) == 4
+
+
+    def test_run_ok():
+        result = run(True)
+        assert result == Exit.OK
+""")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_decoy_swaps_an_expected_member_for_one_no_canary_has(tmp_path: Path, seed: int) -> None:
+    """A test whose expected value is an enum member gets a decoy with another member, not a ``!=``; one
+    the canaries cloned from it do not have (a decoy the same code as a canary would single both out)."""
+    from envfarm.harness import canary
+
+    ids = ["tests/test_shapes.py::test_run_ok"]
+    added = "--- /dev/null\n+++ b/tests/test_shapes.py\n" + "".join(f"+{x}\n" for x in MEMBERS.splitlines())
+    planted = canary.plant("tests/test_shapes.py", MEMBERS, "function", Random(seed),
+                           known=canary.known_for(ids, [], added))
+    planting = differential.plant("tests/test_shapes.py", planted.text, [(None, "test_run_ok")],
+                                  rng=Random(seed))
+    assert [t.how for t in planting.twins] == ["swapped"], planting.text
+
+    def body(name: str) -> str:
+        return planting.text.split(f"def {name}():", 1)[1].split("\n\n", 1)[0]
+
+    canaries = {body(c.name) for c in planted.canaries}
+    decoy = body(planting.twins[0].decoy)
+    assert "!=" not in decoy and "result == Exit.OK" not in decoy and decoy not in canaries, planting.text
+    status = _status(differential.rename_back(_run_pytest(tmp_path, planting.text), planting.twins))
+    assert status["tests/test_shapes.py::test_run_ok"] == "PASSED", status
+    assert status[f"tests/test_shapes.py::{planting.twins[0].decoy}"] == "FAILED", status
+    assert differential.verdict(planting.twins, status)[0]
+
+
 def test_verdict_on_sympy_and_django_keys_and_missing_decoys() -> None:
     twin = Twin("test_sqrt", "sympy/core/tests/test_power.py", "test_sqrt_ab1", "test_sqrt_cd2", "negated")
     honest_only = {"test_sqrt": "PASSED"}
