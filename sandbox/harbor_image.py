@@ -455,7 +455,8 @@ def _system(path: str) -> bool:
 def _relocate(dirs: tuple[str, ...]) -> list[str]:
     if not dirs:
         return []
-    script = ("set -e; for d in " + " ".join(shlex.quote(d) for d in dirs) + "; do "
+    # the seed folder first: a task whose own paths are all files (COPY x /x.py) moves nothing into it
+    script = (f"set -e; mkdir -p {SEED_DIR}; for d in " + " ".join(shlex.quote(d) for d in dirs) + "; do "
               'if [ -L "$d" ] || { [ -e "$d" ] && [ ! -d "$d" ]; }; then continue; fi; '
               f'mkdir -p "{SEED_DIR}$(dirname "$d")" "$d"; mv "$d" "{SEED_DIR}$d"; '
               'ln -s "/workspace$d" "$d"; done; '

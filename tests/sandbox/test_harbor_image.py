@@ -178,6 +178,24 @@ def test_tasks_of_one_template_share_one_pip_layer_and_keep_their_own_files(tmp_
     assert dockerutil.get_image(one.pip_layer) is None
 
 
+@pytest.mark.docker
+def test_a_task_whose_own_paths_are_all_files_builds(tmp_path: Path) -> None:
+    """``COPY shader.vert /shader.vert`` and nothing else of the task's own: no folder moves to the seed,
+    which still exists (the layer's ``chmod`` of it failed the build), and the file stays where it was."""
+    from envfarm.sandbox import dockerutil
+
+    task = _task(tmp_path / "files", "FROM python:3.11-slim\nCOPY shader.vert /shader.vert\nWORKDIR /\n")
+    (task / "environment" / "shader.vert").write_text("void main() {}\n")
+    image = ensure_task_image(task)
+    try:
+        script = f"cat /shader.vert; ls -A {SEED_DIR}"
+        out = dockerutil.client().containers.run(image.image_id, ["sh", "-c", script], network_mode="none",
+                                                 remove=True)
+        assert out.decode() == "void main() {}\n"
+    finally:
+        discard(image.tag)
+
+
 def test_writable_dirs_are_the_tasks_own_folders() -> None:
     t = translate("FROM python:3.12-slim\nWORKDIR /app\nCOPY data /srv/data/\nCOPY x.sh /run.sh\n"
                   "RUN mkdir -p /home/agent2 /tmp/x /var/cache/y && mkdir /results\n"
