@@ -14,6 +14,7 @@ from pathlib import Path
 from random import Random
 
 import pytest
+from newtests import ENUM_TESTS, known_new
 
 from envfarm.harness import _swebench, canary
 from envfarm.harness.canary import Canary
@@ -660,63 +661,39 @@ def test_a_value_the_test_repeats_changes_at_every_use(tmp_path: Path, seed: int
     """The test's only number is its expected 0, used twice: a copy that changed one use alone would use its
     value once where the original uses 0 twice (a reader counts uses), so a must-fail copy changes both to
     one value, and still fails when it runs."""
-    ids = ["tests/test_mod.py::test_exit_codes"]
-    patch = "--- /dev/null\n+++ b/tests/test_mod.py\n" + "".join(f"+{x}\n" for x in REPEATED.splitlines())
-    planting = canary.plant("tests/test_mod.py", REPEATED, "function", Random(seed),
-                            known=canary.known_for(ids, [], patch))
+    planting, wrong = _plant_new(REPEATED, ["test_exit_codes"], seed)
+    for copy in wrong:
+        values = [n.comparators[0].value for n in ast.walk(copy) if isinstance(n, ast.Compare)]
+        assert len(values) == 2 and values[0] == values[1] != 0, ast.unparse(copy)
+    status = _as_declared(tmp_path, planting)
+    assert status["test_mod.py::test_exit_codes"] == "PASSED", status
+
+
+def _plant_new(text: str, failing: list[str], seed: int) -> tuple[canary.Planting, list[ast.FunctionDef]]:
+    """Canaries in tests/test_mod.py, every line of ``text`` added by test_patch, ``failing`` its
+    FAIL_TO_PASS tests; and the must-fail copies, parsed."""
+    planting = canary.plant("tests/test_mod.py", text, "function", Random(seed),
+                            known=known_new("tests/test_mod.py", text, failing))
     fns = _functions(planting.text)
-    wrong = [c for c in planting.canaries if not c.must_pass]
+    wrong = [fns[c.name] for c in planting.canaries if not c.must_pass]
     assert wrong, planting.text
-    for c in wrong:
-        values = [n.comparators[0].value for n in ast.walk(fns[c.name]) if isinstance(n, ast.Compare)]
-        assert len(values) == 2 and values[0] == values[1] != 0, ast.unparse(fns[c.name])
+    return planting, wrong
+
+
+def _as_declared(tmp_path: Path, planting: canary.Planting) -> dict[str, str]:
+    """The planted module's results under pytest, once every canary came out as declared."""
     out = _results(tmp_path, planting.text, "pytest")
     status = _swebench.load().log_parsers.PARSER_REGISTRY["parse_log_pytest"](out, None)
     assert canary.verdict(planting.canaries, status) == [], out
-    assert status["test_mod.py::test_exit_codes"] == "PASSED", out
-
-
-MEMBERS = textwrap.dedent('''\
-    import enum
-
-
-    class Exit(enum.IntEnum):
-        OK = 0
-        FAILED = 1
-        USAGE = 4
-
-
-    def run(ok):
-        return Exit.OK if ok else Exit.FAILED
-
-
-    def test_usage_is_its_own_code():
-        assert Exit.USAGE != Exit.FAILED
-
-
-    def test_run_ok():
-        assert run(True) == Exit.OK
-
-
-    def test_run_fails():
-        assert run(False) == Exit.FAILED
-''')
+    return status
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_an_expected_enum_member_is_swapped_for_another_not_negated(tmp_path: Path, seed: int) -> None:
     """``result.ret == ExitCode.OK`` has no literal: its copy compares with another member the module names
     (no ``!=``, which would single the copy out), and fails when it runs."""
-    ids = ["tests/test_mod.py::test_run_ok", "tests/test_mod.py::test_run_fails"]
-    patch = "--- /dev/null\n+++ b/tests/test_mod.py\n" + "".join(f"+{x}\n" for x in MEMBERS.splitlines())
-    planting = canary.plant("tests/test_mod.py", MEMBERS, "function", Random(seed),
-                            known=canary.known_for(ids, [], patch))
-    fns = _functions(planting.text)
-    wrong = [c for c in planting.canaries if not c.must_pass]
-    assert wrong, planting.text
-    for c in wrong:
-        text = ast.unparse(fns[c.name])
-        assert "!=" not in text and re.search(r"== Exit\.(OK|FAILED|USAGE)$", text), text
-    out = _results(tmp_path, planting.text, "pytest")
-    status = _swebench.load().log_parsers.PARSER_REGISTRY["parse_log_pytest"](out, None)
-    assert canary.verdict(planting.canaries, status) == [], out
+    planting, wrong = _plant_new(ENUM_TESTS, ["test_run_ok", "test_run_fails"], seed)
+    for copy in wrong:
+        text = ast.unparse(copy)
+        assert "!=" not in text and re.search(r"== Exit\.(OK|FAILED|USAGE|INTERNAL)$", text), text
+    _as_declared(tmp_path, planting)

@@ -20,6 +20,7 @@ from random import Random
 from typing import Any
 
 import pytest
+from newtests import ENUM_TESTS, known_new
 
 from envfarm.harness import (
     HarnessConfig,
@@ -29,6 +30,7 @@ from envfarm.harness import (
     Prediction,
     ResolutionStatus,
     _swebench,
+    canary,
     differential,
     evaluate,
     grade,
@@ -268,79 +270,49 @@ def test_a_decoy_changes_a_value_the_test_repeats_at_every_use(tmp_path: Path, s
     value once where the honest copy uses 0 twice (a reader counts uses). Decoys change both to one value,
     at the site the canaries cloned from the test take too, with none of their values; every decoy fails,
     the honest copy passes."""
-    from envfarm.harness import canary
-
-    ids = ["tests/test_shapes.py::test_square"]
-    added = "--- /dev/null\n+++ b/tests/test_shapes.py\n" + "".join(f"+{x}\n" for x in REPEATS.splitlines())
-    planted = canary.plant("tests/test_shapes.py", REPEATS, "function", Random(seed),
-                           known=canary.known_for(ids, [], added))
-    planting = differential.plant("tests/test_shapes.py", planted.text, [(None, "test_square")],
-                                  rng=Random(seed))
+    planted, planting = _twinned_after_canaries(REPEATS, "test_square", seed)
     assert planting.twins and {t.how for t in planting.twins} == {"literal"}, planting.text
 
     def expected(name: str) -> list[str]:
-        return re.findall(r"\) == (-?\d+)", planting.text.split(f"def {name}():", 1)[1].split("\n\n", 1)[0])
+        return re.findall(r"\) == (-?\d+)", _body(planting.text, name))
 
     canaries = {v for c in planted.canaries if not c.must_pass for v in expected(c.name)}
     assert canaries and "0" not in canaries, "canaries change both 0s too"
     for t in planting.twins:
         values = expected(t.decoy)
         assert len(values) == 2 and values[0] == values[1] != "0" and values[0] not in canaries, values
+    _honest_passes_and_decoys_fail(tmp_path, planting, "test_square")
+
+
+def _twinned_after_canaries(text: str, test: str, seed: int) -> tuple[canary.Planting, differential.Planting]:
+    """tests/test_shapes.py as a graded run plants it: canaries cloned from ``test`` (a FAIL_TO_PASS test
+    test_patch adds, as is every line of ``text``), then its twins."""
+    planted = canary.plant("tests/test_shapes.py", text, "function", Random(seed),
+                           known=known_new("tests/test_shapes.py", text, [test]))
+    return planted, differential.plant("tests/test_shapes.py", planted.text, [(None, test)], rng=Random(seed))
+
+
+def _body(text: str, name: str) -> str:
+    return text.split(f"def {name}():", 1)[1].split("\n\n", 1)[0]
+
+
+def _honest_passes_and_decoys_fail(tmp_path: Path, planting: differential.Planting, test: str) -> None:
     status = _status(differential.rename_back(_run_pytest(tmp_path, planting.text), planting.twins))
-    assert status["tests/test_shapes.py::test_square"] == "PASSED", status
+    assert status[f"tests/test_shapes.py::{test}"] == "PASSED", status
     assert {status[f"tests/test_shapes.py::{t.decoy}"] for t in planting.twins} == {"FAILED"}, status
     assert differential.verdict(planting.twins, status)[0]
-
-
-MEMBERS = textwrap.dedent("""\
-    import enum
-
-
-    class Exit(enum.IntEnum):
-        OK = 0
-        FAILED = 1
-        USAGE = 4
-        INTERNAL = 3
-
-
-    def run(ok):
-        return Exit.OK if ok else Exit.FAILED
-
-
-    def test_codes_differ():
-        assert len({Exit.OK, Exit.FAILED, Exit.USAGE, Exit.INTERNAL}) == 4
-
-
-    def test_run_ok():
-        result = run(True)
-        assert result == Exit.OK
-""")
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_a_decoy_swaps_an_expected_member_for_one_no_canary_has(tmp_path: Path, seed: int) -> None:
     """A test whose expected value is an enum member gets a decoy with another member, not a ``!=``; one
     the canaries cloned from it do not have (a decoy the same code as a canary would single both out)."""
-    from envfarm.harness import canary
-
-    ids = ["tests/test_shapes.py::test_run_ok"]
-    added = "--- /dev/null\n+++ b/tests/test_shapes.py\n" + "".join(f"+{x}\n" for x in MEMBERS.splitlines())
-    planted = canary.plant("tests/test_shapes.py", MEMBERS, "function", Random(seed),
-                           known=canary.known_for(ids, [], added))
-    planting = differential.plant("tests/test_shapes.py", planted.text, [(None, "test_run_ok")],
-                                  rng=Random(seed))
+    planted, planting = _twinned_after_canaries(ENUM_TESTS, "test_run_ok", seed)
     assert [t.how for t in planting.twins] == ["swapped"], planting.text
-
-    def body(name: str) -> str:
-        return planting.text.split(f"def {name}():", 1)[1].split("\n\n", 1)[0]
-
-    canaries = {body(c.name) for c in planted.canaries}
-    decoy = body(planting.twins[0].decoy)
-    assert "!=" not in decoy and "result == Exit.OK" not in decoy and decoy not in canaries, planting.text
-    status = _status(differential.rename_back(_run_pytest(tmp_path, planting.text), planting.twins))
-    assert status["tests/test_shapes.py::test_run_ok"] == "PASSED", status
-    assert status[f"tests/test_shapes.py::{planting.twins[0].decoy}"] == "FAILED", status
-    assert differential.verdict(planting.twins, status)[0]
+    canaries = {_body(planting.text, c.name) for c in planted.canaries}
+    decoy = _body(planting.text, planting.twins[0].decoy)
+    assert "!=" not in decoy and "== Exit.OK" not in decoy and decoy not in canaries, planting.text
+    _honest_passes_and_decoys_fail(tmp_path, planting, "test_run_ok")
 
 
 def test_verdict_on_sympy_and_django_keys_and_missing_decoys() -> None:

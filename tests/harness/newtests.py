@@ -1,0 +1,42 @@
+"""What the grader knows of a row whose test_patch adds a whole test module (for the planting tests)."""
+
+from __future__ import annotations
+
+from envfarm.harness import canary
+
+
+def known_new(module: str, text: str, failing: list[str]) -> canary.Known:
+    """A row whose test_patch adds ``module`` with every line of ``text``; ``failing``: its FAIL_TO_PASS
+    tests (function names)."""
+    patch = f"--- /dev/null\n+++ b/{module}\n" + "".join(f"+{x}\n" for x in text.splitlines())
+    return canary.known_for([f"{module}::{name}" for name in failing], [], patch)
+
+
+ENUM_TESTS = '''\
+import enum
+
+
+class Exit(enum.IntEnum):
+    OK = 0
+    FAILED = 1
+    USAGE = 4
+    INTERNAL = 3
+
+
+def run(ok):
+    return Exit.OK if ok else Exit.FAILED
+
+
+def test_codes_differ():
+    assert len({Exit.OK, Exit.FAILED, Exit.USAGE, Exit.INTERNAL}) == 4
+
+
+def test_run_ok():
+    result = run(True)
+    assert result == Exit.OK
+
+
+def test_run_fails():
+    assert run(False) == Exit.FAILED
+'''
+"""Tests whose expected values are enum members (pytest's ``result.ret == ExitCode.OK``)."""
