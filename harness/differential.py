@@ -544,7 +544,7 @@ def _shared_decoys(node: ast.FunctionDef | ast.AsyncFunctionDef, funcs: Sequence
         if len(site) < len(constants):
             continue
         values = _values(site, lines, node, tree, rng, used)
-        variants = [[(e[0] - 1, e[1], e[3], v) for e in site] for v in values]
+        variants = _variants(site, values)
         if values and fair(variants):
             return variants, "literal"
     return None
@@ -560,6 +560,11 @@ def _values(site: Site, lines: list[str], node: ast.FunctionDef | ast.AsyncFunct
         choose_value(edit, lines, node, tree, rng, taken, own=len(site))  # type: ignore[arg-type]
     return _alike(site, [v for v in dict.fromkeys(taken[len(used) + 1:]) if v not in used and v != edit[4]],
                   node)
+
+
+def _variants(site: Site, values: Sequence[str]) -> list[list[Edit]]:
+    """One decoy's edits per value: the site's one-line literals, each spliced to that value."""
+    return [[(e[0] - 1, e[1], e[3], v) for e in site] for v in values]
 
 
 def _alike(site: Site, values: list[str], node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
@@ -611,7 +616,7 @@ def _decoys(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], fail
                                    -len(site)))
     for site in literal:
         values = _values(site, lines, node, tree, rng)
-        variants = [[(e[0] - 1, e[1], e[3], v) for e in site] for v in values]
+        variants = _variants(site, values)
         if values and fair(variants):
             return variants, "literal"
     if (from_pool := _pooled(node, lines, pool, rng, fair)) is not None:
@@ -684,11 +689,8 @@ def _probes(node: ast.FunctionDef | ast.AsyncFunctionDef, cls: str | None, lines
     for site in sites[:PROBE_LOOKS]:
         if tried >= PROBE_SITES:
             break
-        taken = [site[4]]
-        for _ in range(DECOYS):
-            choose_value(site, lines, node, tree, rng, taken)  # type: ignore[arg-type]
-        values = _alike((site,), [v for v in dict.fromkeys(taken[1:]) if v != site[4]], node)
-        variants = [[(site[0] - 1, site[1], site[3], v)] for v in values]
+        values = _values((site,), lines, node, tree, rng)
+        variants = _variants((site,), values)
         if not values:
             continue
         tried += 1
