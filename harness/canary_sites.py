@@ -223,6 +223,18 @@ def plain(value: object) -> bool:
     return True
 
 
+def raw_plain(value: object) -> bool:
+    """A string a raw literal spells as it is, backslashes included (``r"\\left(A\\right)"``, LaTeX in sympy's
+    printing tests): printable, one line, no quote, not ending in a backslash."""
+    return (isinstance(value, str) and len(value) <= 60 and not value.endswith("\\")
+            and all(c in string.printable and c not in "'\"\r\n\t\x0b\x0c" for c in value))
+
+
+def raw(like: str) -> bool:
+    """Whether literal text ``like`` is a raw string (``r"..."``)."""
+    return like[:1] in "rR" and like[1:2] in ("'", '"')
+
+
 def _segment(lines: list[str], n: ast.AST) -> str | None:
     """The source text of ``n`` when it spans one line."""
     if n.lineno != n.end_lineno:  # type: ignore[attr-defined]
@@ -248,14 +260,15 @@ def _span(n: ast.AST, text: str) -> Edit:
 def literal_site(n: ast.AST, lines: list[str]) -> Edit | None:
     value = literal_value(n)
     seg = _segment(lines, n)
-    if value is None or seg is None or not plain(value) or not _simple_literal(seg, value):
+    if value is None or seg is None or not (plain(value) or (raw(seg) and raw_plain(value))) or (
+            not _simple_literal(seg, value)):
         return None
     return _span(n, seg)  # the new value is chosen when the clone is rendered (see _render)
 
 
 def _simple_literal(seg: str, value: object) -> bool:
     if isinstance(value, str):
-        if seg[:1] in "rR" and seg[1:2] in ("'", '"'):  # r"-A": no escapes, no backslash (see plain)
+        if raw(seg):  # r"-A", r"\frac{1}{2}": no escapes (see plain, raw_plain)
             return seg[1:] == seg[1] + value + seg[1]
         return seg[:1] in ("'", '"') and seg == seg[0] + escaped(value) + seg[0]
     if isinstance(value, bytes):

@@ -40,3 +40,18 @@ def test_run_fails():
     assert run(False) == Exit.FAILED
 '''
 """Tests whose expected values are enum members (pytest's ``result.ret == ExitCode.OK``)."""
+
+
+RAW_TESTS = r'''
+def latex(name, sub):
+    return "\\left(%s\\right)_{%s}" % (name, sub)
+
+
+def test_subscript():
+    assert latex("A", "0") == r"\left(A\right)_{0}"
+
+
+def test_sum_subscript():
+    assert latex("-B + A", "0, 0") == r"\left(-B + A\right)_{0, 0}"
+'''.lstrip()
+"""Tests whose expected values are raw strings with backslashes (LaTeX, as sympy's printing tests have)."""

@@ -14,7 +14,7 @@ from pathlib import Path
 from random import Random
 
 import pytest
-from newtests import ENUM_TESTS, known_new
+from newtests import ENUM_TESTS, RAW_TESTS, known_new
 
 from envfarm.harness import _swebench, canary
 from envfarm.harness.canary import Canary
@@ -696,4 +696,15 @@ def test_an_expected_enum_member_is_swapped_for_another_not_negated(tmp_path: Pa
     for copy in wrong:
         text = ast.unparse(copy)
         assert "!=" not in text and re.search(r"== Exit\.(OK|FAILED|USAGE|INTERNAL)$", text), text
+    _as_declared(tmp_path, planting)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_an_expected_raw_string_with_backslashes_takes_another_raw_string(tmp_path: Path, seed: int) -> None:
+    """``== r"\\left(A\\right)_{0}"`` is an expected literal like any other: its copy compares with another
+    raw string (no ``!=``), and fails when it runs."""
+    planting, wrong = _plant_new(RAW_TESTS, ["test_subscript", "test_sum_subscript"], seed)
+    for copy in wrong:
+        text = ast.get_source_segment(planting.text, copy) or ""
+        assert "!=" not in text and re.search(r'== r"[^"]+"$', text), text
     _as_declared(tmp_path, planting)

@@ -20,7 +20,7 @@ from random import Random
 from typing import Any
 
 import pytest
-from newtests import ENUM_TESTS, known_new
+from newtests import ENUM_TESTS, RAW_TESTS, known_new
 
 from envfarm.harness import (
     HarnessConfig,
@@ -282,6 +282,18 @@ def test_a_decoy_changes_a_value_the_test_repeats_at_every_use(tmp_path: Path, s
         values = expected(t.decoy)
         assert len(values) == 2 and values[0] == values[1] != "0" and values[0] not in canaries, values
     _honest_passes_and_decoys_fail(tmp_path, planting, "test_square")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_decoy_changes_an_expected_raw_string_with_backslashes(tmp_path: Path, seed: int) -> None:
+    """An expected LaTeX string (``r"\\left(...\\right)"``) is a literal site: the decoys are other raw
+    strings, not an appended assertion a reader tells from the honest copy; each fails, the honest copy
+    passes."""
+    _, planting = _twinned_after_canaries(RAW_TESTS, "test_sum_subscript", seed)
+    assert planting.twins and {t.how for t in planting.twins} == {"literal"}, planting.text
+    for t in planting.twins:
+        assert re.search(r'== r"[^"]+"$', _body(planting.text, t.decoy)), planting.text
+    _honest_passes_and_decoys_fail(tmp_path, planting, "test_sum_subscript")
 
 
 def _twinned_after_canaries(text: str, test: str, seed: int) -> tuple[canary.Planting, differential.Planting]:
