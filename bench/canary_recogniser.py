@@ -187,8 +187,7 @@ def balanced(cases: list[Case]) -> dict[str, float | int]:
 
 def by_form(cases: list[Case]) -> dict[str, dict[str, float | int]]:
     """Per form (``Case.form``): how many tests, and the share the recogniser called right (a planted test
-    a canary, a real one or an honest copy real). Where a decoy's form is one a reader sees (``appended``,
-    ``negated``, ``swapped``), its honest copy and the canaries cloned from the test are told too."""
+    a canary, a real test or an honest copy real)."""
     forms: dict[str, list[Case]] = {}
     for c in cases:
         forms.setdefault(c.form, []).append(c)
