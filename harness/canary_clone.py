@@ -29,7 +29,7 @@ from random import Random
 from envfarm import pyast
 
 from .canary_place import apply_inserts, group_names, group_spots, vocabulary
-from .canary_sites import SKIPS, calls, escaped, failure_sites, literal_value, plain, raw, raw_plain
+from .canary_sites import SKIPS, calls, escaped, failure_sites, is_raw, literal_value, plain, raw_plain
 from .canary_types import Canary, Edit, Known, Planting, Source, Style
 
 OWN_STATE = frozenset({"request", "pytester", "testdir", "tester"})
@@ -360,7 +360,7 @@ def _candidates(e: Edit, lines: list[str], node: ast.FunctionDef, tree: ast.Modu
     module = "".join(lines)
     words = _words(tree)
     want = _looks(value, in_test, module, own=own)
-    spelled = raw_plain if raw(text) else plain  # a raw literal takes the module's raw strings too
+    spelled = raw_plain if is_raw(text) else plain  # a raw literal takes the module's raw strings too
     pool = list(dict.fromkeys([*(v for v in in_module if type(v) is type(value) and spelled(v)),
                                *(_mutate(value, rng, words) for _ in range(40))]))
     rng.shuffle(pool)
@@ -468,7 +468,7 @@ def _far(value: object, taken: list[str], like: str) -> object:
 def _spell(value: object, like: str) -> str:
     """``value`` written as ``like`` writes its literal (same quotes)."""
     if isinstance(value, str):
-        if raw(like) and raw_plain(value):
+        if is_raw(like) and raw_plain(value):
             return f"{like[0]}{like[1]}{value}{like[1]}"  # a raw string stays raw
         q = like[0] if like[:1] in ("'", '"') else "'"
         return f"{q}{escaped(value)}{q}" if q not in value and "\\" not in value else repr(value)

@@ -230,7 +230,7 @@ def raw_plain(value: object) -> bool:
             and all(c in string.printable and c not in "'\"\r\n\t\x0b\x0c" for c in value))
 
 
-def raw(like: str) -> bool:
+def is_raw(like: str) -> bool:
     """Whether literal text ``like`` is a raw string (``r"..."``)."""
     return like[:1] in "rR" and like[1:2] in ("'", '"')
 
@@ -260,15 +260,16 @@ def _span(n: ast.AST, text: str) -> Edit:
 def literal_site(n: ast.AST, lines: list[str]) -> Edit | None:
     value = literal_value(n)
     seg = _segment(lines, n)
-    if value is None or seg is None or not (plain(value) or (raw(seg) and raw_plain(value))) or (
-            not _simple_literal(seg, value)):
+    if value is None or seg is None:
         return None
-    return _span(n, seg)  # the new value is chosen when the clone is rendered (see _render)
+    spelled = plain(value) or (is_raw(seg) and raw_plain(value))
+    # the new value is chosen when the clone is rendered (see _render)
+    return _span(n, seg) if spelled and _simple_literal(seg, value) else None
 
 
 def _simple_literal(seg: str, value: object) -> bool:
     if isinstance(value, str):
-        if raw(seg):  # r"-A", r"\frac{1}{2}": no escapes (see plain, raw_plain)
+        if is_raw(seg):  # r"-A", r"\frac{1}{2}": no escapes (see plain, raw_plain)
             return seg[1:] == seg[1] + value + seg[1]
         return seg[:1] in ("'", '"') and seg == seg[0] + escaped(value) + seg[0]
     if isinstance(value, bytes):
