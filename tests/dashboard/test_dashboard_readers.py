@@ -180,16 +180,29 @@ def test_a_stopped_farm_and_a_farm_that_died(tmp_path: Path) -> None:
     import asyncio
 
     from envfarm.rollout import Farm, FarmConfig
+    from envfarm.rollout.policies import EpisodeView, Reply
     from envfarm.testing.dashboard_runs import SlowOracle
 
+    class StopWhileActing(SlowOracle):
+        """Stops the farm from inside an action once three episodes are delivered: the acting episode is
+        then surely in flight (a stop between episodes, when every slot is leasing or recording, is not)."""
+
+        farm: Farm | None = None
+
+        async def act(self, view: EpisodeView) -> Reply:
+            if self.farm is not None:
+                self.farm.stop(cancel=True)
+            return await super().act(view)
+
     async def run_and_stop() -> None:
+        policy = StopWhileActing(0.1)
         farm = Farm(FarmConfig(env_id="envfarm/ToolCalc-v0", episodes=40, concurrency=4, backend="bwrap"),
-                    SlowOracle(0.1), run_dir=tmp_path / "stopped")
+                    policy, run_dir=tmp_path / "stopped")
         n = 0
         async for _ in farm.run():
             n += 1
             if n == 3:
-                farm.stop(cancel=True)
+                policy.farm = farm
 
     asyncio.run(run_and_stop())
     live = read_live(tmp_path / "stopped")

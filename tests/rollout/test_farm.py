@@ -112,7 +112,11 @@ async def test_max_episode_steps_in_env_kwargs_truncates(tmp_path: Path) -> None
 async def test_resume_runs_each_episode_once(tmp_path: Path) -> None:
     out, run = tmp_path / "out.jsonl", tmp_path / "run"
 
+    stopping: list[Farm] = []
+
     async def slow(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+        for farm in stopping:  # stop from inside an action, so the acting episode is surely in flight
+            farm.stop(cancel=True)
         await asyncio.sleep(0.05)
         return '{"name": "submit", "arguments": {"answer": "0"}}'
 
@@ -121,12 +125,13 @@ async def test_resume_runs_each_episode_once(tmp_path: Path) -> None:
     async for _ in farm.run():
         seen += 1
         if seen == 6:
-            farm.stop(cancel=True)
+            stopping.append(farm)
     first = farm.summary()
     assert first.stopped == "interrupted" and first.episodes_interrupted >= 1
     assert len(read_jsonl(run / "interrupted.jsonl")) == first.episodes_interrupted
     with pytest.raises(ConfigError, match="episodes: run has 30, asked 31"):
         await collect(Farm(config(31, 4), CallablePolicy(slow), run_dir=run, resume=True))
+    stopping.clear()
     farm = Farm(config(30, 8), CallablePolicy(slow), run_dir=run, resume=True, sinks=[FileSink(out)])
     await collect(farm)
     ids = [x["episode_id"] for x in read_jsonl(out)]
