@@ -1,9 +1,10 @@
 """Where a cloned canary is made wrong (``canary_clone.py``): the sites of a test, each a set of edits after
 which the copy fails where the original passes.
 
-Best first: the expected literal of an ``==`` (another value of its type, chosen when the clone is rendered),
-an element of an expected list display dropped or repeated, the exception class of a ``raises(E, ...)``
-swapped for an unrelated built-in one, an expected enum member swapped for another, the assertion in another
+Best first: the expected literal of an ``==`` or of an equality assertion call (another value of its type,
+chosen when the clone is rendered), also where the expected value is bound to a local name first, an element
+of an expected list display dropped or repeated, the exception class of a ``raises(E, ...)`` swapped for an
+unrelated built-in one, an expected enum member swapped for another, the assertion in another
 form that fails where it holds (``x is None`` as ``x is False``, ``not x`` as ``x``, ``a < b`` as ``a > b``),
 an ``==``/``in``/unittest assertion turned into its opposite, ``assert x`` into ``assert not x``. Only
 top-level statements with no ``return`` or skip before them: when the original passes, the copy reaches the
@@ -38,6 +39,11 @@ SYMPY_VALUES = frozenset({"Float", "Integer", "Rational", "S", "Symbol", "sqrt"}
 """sympy's constructors (imported from sympy) whose first argument sets the value, one to one: ``sqrt(5)``,
 ``Float(16)``, ``Symbol('x')``; another argument gives another value (``Integer`` only from an int)."""
 LITERAL_TYPES = (int, float, str, bytes)
+DATA_TYPES = {"array": 1, "DataArray": 2, "Dataset": 2, "DataFrame": 2, "Series": 2, "Variable": 2}
+"""Containers whose leading positional arguments (how many) set what an exact comparison sees (numpy's data;
+pandas' data and index; xarray's data and coordinates, or dimensions and data): literals there and in the
+keywords ``DATA_KEYWORDS``, never in ``attrs`` or ``name``, which xarray's ``assert_equal`` ignores."""
+DATA_KEYWORDS = frozenset({"data", "coords", "dims", "data_vars", "index", "columns"})
 
 
 def calls(stmts: Sequence[ast.stmt], names: frozenset[str]) -> bool:
@@ -69,10 +75,12 @@ def failure_sites(node: ast.FunctionDef, lines: list[str], tree: ast.Module) -> 
     swap: list[tuple[Edit, ...]] = []
     flip: list[tuple[Edit, ...]] = []
     negate: list[tuple[Edit, ...]] = []
-    for i, stmt in enumerate(_body(node)):
-        before = _body(node)[:i]
+    body = _body(node)
+    for i, stmt in enumerate(body):
+        before = body[:i]
         if any(isinstance(n, ast.Return) for s in before for n in ast.walk(s)) or calls(before, SKIPS):
             break
+        literal += [(site,) for n in _bound_expected(stmt, before, sympy) if (site := literal_site(n, lines))]
         if isinstance(stmt, ast.Assert):
             # every operand of a top-level `and` holds when the original passes: a wrong value in any fails
             parts = stmt.test.values if isinstance(stmt.test, ast.BoolOp) and isinstance(
@@ -310,6 +318,10 @@ def _expected(side: ast.expr, sympy: frozenset[str] = frozenset()) -> list[ast.e
                 if type(literal_value(x)) is int and literal_value(x) not in (0, 1)]
     if isinstance(side, ast.Call):
         name = func_name(side.func)
+        if name in DATA_TYPES:
+            keys = [k.value for k in side.keywords if k.arg in DATA_KEYWORDS]
+            wanted = [*side.args[:DATA_TYPES[name]], *keys]
+            return [x for v in wanted for x in _data(v, sympy)]
         out = [a for a in side.args if name in DATE_TYPES and type(literal_value(a)) is int]
         if (name in VALUE_TYPES or (name == "approx" and not side.keywords)) and side.args:
             # the first argument sets the value (a new one is never equal to it: see _distinct)
@@ -323,15 +335,70 @@ def _expected(side: ast.expr, sympy: frozenset[str] = frozenset()) -> list[ast.e
     return []
 
 
+def _asserting(name: str) -> bool:
+    """An assertion call that holds only for one value (no ``not``, no tolerance, not about exceptions)."""
+    low = name.lower()
+    return low.startswith("assert") and not any(w in low for w in ("raise", "warn", "log", "not", "almost"))
+
+
+def _equality(call: ast.Call) -> bool:
+    """An assertion call that holds only when its first two arguments are equal (``assertEqual``, numpy's
+    ``assert_equal``, xarray's ``assert_identical``)."""
+    low = func_name(call.func).lower()
+    return _asserting(low) and ("equal" in low or "identical" in low) and len(call.args) >= 2
+
+
+def _bound_expected(stmt: ast.stmt, before: Sequence[ast.stmt], sympy: frozenset[str]) -> list[ast.expr]:
+    """Literals of an expected value bound to a local name and compared at ``stmt`` (``expected =
+    Dataset({"x": 1})`` then ``assert_identical(expected, actual)``): the top-level binding the name last
+    had in ``before``, read nowhere since and once in ``stmt`` (so nothing else computes from it)."""
+    if isinstance(stmt, ast.Assert):
+        test = stmt.test
+        ok = isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)
+        sides = [test.left, test.comparators[0]] if ok else []  # type: ignore[attr-defined]
+    elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and _equality(stmt.value):
+        sides = list(stmt.value.args[:2])
+    else:
+        return []
+    out: list[ast.expr] = []
+    for side in sides:
+        if not isinstance(side, ast.Name) or _uses(stmt, side.id) != 1:
+            continue
+        for b in reversed(before):  # back to the binding; any use on the way (a read, a store) ends it
+            if isinstance(b, ast.Assign) and [getattr(t, "id", None) for t in b.targets] == [side.id]:
+                out += _expected(b.value, sympy)
+            if _uses(b, side.id):
+                break
+    return out
+
+
+def _uses(stmt: ast.AST, name: str) -> int:
+    """How often ``stmt`` names ``name`` (read or stored)."""
+    return sum(isinstance(n, ast.Name) and n.id == name for n in ast.walk(stmt))
+
+
+def _data(value: ast.expr, sympy: frozenset[str]) -> list[ast.expr]:
+    """Literals of a ``DATA_TYPES`` argument: an xarray variable's ``(dims, data, attrs)`` tuple, as a value
+    of a dict display or of ``dict(...)``, gives its dims and data only."""
+    if isinstance(value, ast.Call) and func_name(value.func) == "dict" and not value.args:
+        values = [k.value for k in value.keywords if k.arg]
+    elif isinstance(value, ast.Dict):
+        values = [v for v in value.values if v is not None]
+    else:
+        return _expected(value, sympy)
+    return [x for v in values for e in (v.elts[:2] if isinstance(v, ast.Tuple) else [v])
+            for x in _expected(e, sympy)]
+
+
 def _unittest_literals(call: ast.Call, lines: list[str]) -> list[tuple[Edit, ...] | None]:
     """Literals of an assertion call: expected values of an equality (``assertEqual``, numpy's
-    ``assert_equal``), int keywords of a count check (pytest's ``assert_outcomes(passed=1)``)."""
-    name = func_name(call.func)
-    low = name.lower()
-    if not low.startswith("assert") or any(w in low for w in ("raise", "warn", "log", "not", "almost")):
+    ``assert_equal``, xarray's ``assert_identical``), int keywords of a count check (pytest's
+    ``assert_outcomes(passed=1)``)."""
+    low = func_name(call.func).lower()
+    if not _asserting(low):
         return []
     nodes: list[ast.expr] = []
-    if "equal" in low and len(call.args) >= 2:
+    if _equality(call):
         nodes = [x for a in call.args[:2] for x in _expected(a)]
     elif "outcome" in low:  # pytest's assert_outcomes(passed=1), assertoutcome(passed=1)
         nodes = [k.value for k in call.keywords if type(literal_value(k.value)) is int]

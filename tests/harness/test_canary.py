@@ -14,7 +14,7 @@ from pathlib import Path
 from random import Random
 
 import pytest
-from newtests import ENUM_TESTS, RAW_TESTS, known_new
+from newtests import BOUND_TESTS, ENUM_TESTS, RAW_TESTS, known_new
 
 from envfarm.harness import _swebench, canary
 from envfarm.harness.canary import Canary
@@ -707,4 +707,19 @@ def test_an_expected_raw_string_with_backslashes_takes_another_raw_string(tmp_pa
     for copy in wrong:
         text = ast.get_source_segment(planting.text, copy) or ""
         assert "!=" not in text and re.search(r'== r"[^"]+"$', text), text
+    _as_declared(tmp_path, planting)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_an_expected_value_bound_to_a_name_is_a_literal_site(tmp_path: Path, seed: int) -> None:
+    """``expected = Dataset(...)`` then ``assert_equal(expected, actual)``: the copies change a value in the
+    binding (data, dimensions, coordinates; never the attributes, which the comparison ignores), add no
+    assertion and no ``not``, and fail when they run."""
+    planting, wrong = _plant_new(BOUND_TESTS, ["test_combine", "test_cumsum"], seed)
+    for copy in wrong:
+        text = ast.get_source_segment(planting.text, copy) or ""
+        assert "not " not in text and "!=" not in text and len(copy.body) == 3, text
+        binding = next(line for line in text.splitlines() if "expected =" in line)
+        assert binding not in BOUND_TESTS, text
+        assert "combine" not in text or ('"cm"' in binding and '"any"' in binding), text
     _as_declared(tmp_path, planting)

@@ -20,7 +20,7 @@ from random import Random
 from typing import Any
 
 import pytest
-from newtests import ENUM_TESTS, RAW_TESTS, known_new
+from newtests import BOUND_TESTS, ENUM_TESTS, RAW_TESTS, known_new
 
 from envfarm.harness import (
     HarnessConfig,
@@ -294,6 +294,19 @@ def test_a_decoy_changes_an_expected_raw_string_with_backslashes(tmp_path: Path,
     for t in planting.twins:
         assert re.search(r'== r"[^"]+"$', _body(planting.text, t.decoy)), planting.text
     _honest_passes_and_decoys_fail(tmp_path, planting, "test_sum_subscript")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_decoy_changes_an_expected_value_bound_to_a_name(tmp_path: Path, seed: int) -> None:
+    """``expected = Dataset(...)`` then ``assert_equal(expected, actual)``: the decoys change a value in the
+    binding (never the attributes the comparison ignores), not an appended assertion a reader tells from
+    the honest copy; each fails, the honest copy passes."""
+    _, planting = _twinned_after_canaries(BOUND_TESTS, "test_combine", seed)
+    assert planting.twins and {t.how for t in planting.twins} == {"literal"}, planting.text
+    for t in planting.twins:
+        body = _body(planting.text, t.decoy)
+        assert '"cm"' in body and '"any"' in body and "isinstance" not in body, body
+    _honest_passes_and_decoys_fail(tmp_path, planting, "test_combine")
 
 
 def _twinned_after_canaries(text: str, test: str, seed: int) -> tuple[canary.Planting, differential.Planting]:
