@@ -188,11 +188,12 @@ def plant(module: str, text: str, wanted: Sequence[tuple[str | None, str]], adde
             continue
         codes = codes if codes is not None else {tokens(f) for f in funcs}
         sites = _unlike(node, codes, lines, failure_sites(node, lines, tree))  # type: ignore[arg-type]
+        forms = _unlike(node, codes, lines, failure_sites(node, lines, tree, literals=False))  # type: ignore[arg-type]
         cls = parents[id(node)]
         fair = _fair_to(old.get((cls, node.name)), node, lines)
         mine = [s for s in pool if (s.cls, s.func) == (cls, node.name)]
         decoys = (_shared_decoys(node, funcs, lines, sites, tree, rng, fair)
-                  or _decoys(node, lines, sites, tree, added_set, rng, fair, mine))
+                  or _decoys(node, lines, sites, forms, tree, added_set, rng, fair, mine))
         if decoys is None:
             continue
         variants = [(edits, decoys[1], "") for edits in decoys[0]]
@@ -600,13 +601,14 @@ def _constant_diffs(a: ast.AST, b: ast.AST) -> list[tuple[ast.Constant, ast.Cons
 
 
 def _decoys(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], failing: Sequence[Site],
-            tree: ast.Module, added: set[str], rng: Random, fair: Fair,
+            forms: Sequence[Site], tree: ast.Module, added: set[str], rng: Random, fair: Fair,
             pool: Sequence[PoolSite] = ()) -> tuple[list[list[Edit]], str] | None:
     """The decoys' edits (one list per decoy) and how they were made, at a place a must-fail canary could be
     made wrong (``canary_sites.failure_sites``): up to :data:`DECOYS` values of one expected literal (one on
     a line test_patch added first), else one other wrong form of an assertion (one without an added ``not``
-    first: the member of a pair with the negated form is the copy to a reader), else one failing assertion
-    appended. Before the other forms: decoys from ``pool``, the test's sites gold failed (:func:`_pooled`)."""
+    first: the member of a pair with the negated form is the copy to a reader; from ``forms``, the sites
+    as if the test had no literal), else one failing assertion appended. Before the other forms: decoys
+    from ``pool``, the test's sites gold failed (:func:`_pooled`)."""
     sites = [site for site in failing if all(e[0] == e[2] for e in site)]
     literal = [site for site in value_sites(sites, node, lines) if is_literal(site, lines)]  # type: ignore[arg-type]
     # the last literal on a line test_patch added: the unfixed code is likeliest to fail there or before,
@@ -623,7 +625,7 @@ def _decoys(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], fail
         return from_pool
     # a literal site's edit holds the old value (a new one is chosen per copy above): as a form of its own
     # it would be the honest copy again, a decoy that passes
-    formed = [site for site in sites if not is_literal(site, lines)]
+    formed = [site for site in forms if all(e[0] == e[2] for e in site) and not is_literal(site, lines)]
     others = [site for site in formed if not negating(site, lines)]
     if formed:
         chosen = rng.choice(others or formed)

@@ -167,6 +167,24 @@ def test_a_test_whose_every_literal_is_unfair_gets_a_decoy_of_another_form_that_
     assert differential.verdict(planting.twins, status)[0]
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_where_no_literal_is_fair_a_decoy_takes_the_tests_other_forms_not_an_appended_one(
+        tmp_path: Path, seed: int) -> None:
+    """A test with an unfair expected literal and a bare ``assert got``: its decoys take that assertion in a
+    form that fails (``got is False``, ``got is None``), as a test without literals would, rather than an
+    appended assertion a reader tells from the honest copy at once."""
+    old = 'from shapes import label\n\n\ndef test_label():\n    got = label(3)\n    assert got\n' \
+          '    assert got == "n4"\n'
+    new = old.replace("label(3)", "label(4)")
+    planting = differential.plant("tests/test_shapes.py", new, [(None, "test_label")], [new.splitlines()[4]],
+                                  Random(seed), before=old)
+    assert planting.twins and {t.how for t in planting.twins} == {"swapped"}, planting.text
+    assert "isinstance" not in planting.text and "assert not got" not in planting.text, planting.text
+    status = _status(differential.rename_back(_run_pytest(tmp_path, planting.text), planting.twins))
+    assert status["tests/test_shapes.py::test_label"] == "PASSED"
+    assert {status[f"tests/test_shapes.py::{t.decoy}"] for t in planting.twins} == {"FAILED"}, planting.text
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_honest_copies_pass_and_decoys_fail_under_pytest(tmp_path: Path, seed: int) -> None:
     planting = differential.plant("tests/test_shapes.py", MODULE, WANTED, rng=Random(seed))
