@@ -605,10 +605,11 @@ def _decoys(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], fail
             pool: Sequence[PoolSite] = ()) -> tuple[list[list[Edit]], str] | None:
     """The decoys' edits (one list per decoy) and how they were made, at a place a must-fail canary could be
     made wrong (``canary_sites.failure_sites``): up to :data:`DECOYS` values of one expected literal (one on
-    a line test_patch added first), else one other wrong form of an assertion (one without an added ``not``
-    first: the member of a pair with the negated form is the copy to a reader; from ``forms``, the sites
-    as if the test had no literal), else one failing assertion appended. Before the other forms: decoys
-    from ``pool``, the test's sites gold failed (:func:`_pooled`)."""
+    a line test_patch added first), else one other wrong form of an assertion without an added ``not``
+    (from ``forms``, the sites as if the test had no literal), else one failing assertion appended, else
+    (a test that returns) a negated assertion: the member of a pair with the negated form is the copy to
+    a reader, more surely than an appended assertion tells the decoy (measured by the recogniser bench).
+    Before the other forms: decoys from ``pool``, the test's sites gold failed (:func:`_pooled`)."""
     sites = [site for site in failing if all(e[0] == e[2] for e in site)]
     literal = [site for site in value_sites(sites, node, lines) if is_literal(site, lines)]  # type: ignore[arg-type]
     # the last literal on a line test_patch added: the unfixed code is likeliest to fail there or before,
@@ -627,10 +628,11 @@ def _decoys(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], fail
     # it would be the honest copy again, a decoy that passes
     formed = [site for site in forms if all(e[0] == e[2] for e in site) and not is_literal(site, lines)]
     others = [site for site in formed if not negating(site, lines)]
-    if formed:
+    ends = any(isinstance(n, ast.Return | ast.Yield | ast.YieldFrom) for n in _walk(node))
+    if others or (formed and ends):  # a negation is the surest tell of all: an appended line before it
         chosen = rng.choice(others or formed)
         return [[(e[0] - 1, e[1], e[3], e[4]) for e in chosen]], "swapped" if others else "negated"
-    if any(isinstance(n, ast.Return | ast.Yield | ast.YieldFrom) for n in _walk(node)):
+    if ends:
         return None
     last = node.body[-1]
     indent = " " * node.body[0].col_offset

@@ -389,8 +389,8 @@ def test_unittest_methods_and_the_log_rename() -> None:
         """)
     planting = differential.plant("tests/t.py", text, [("T", "test_eq"), ("T", "test_true")], rng=Random(1))
     decoys = {t.how for t in planting.twins}
-    assert decoys == {"literal", "negated"}, planting.text
-    assert 'self.assertFalse(len("ab"))' in planting.text
+    assert decoys == {"literal", "appended"}, planting.text
+    assert "assertFalse" not in planting.text, "a negation, the surest tell, only where nothing else fits"
     assert 'self.assertEqual(len("ab"), 2)' in planting.text
     compile(planting.text, "t.py", "exec")
     t = planting.twins[0]
