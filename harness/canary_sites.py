@@ -64,11 +64,17 @@ def _body(node: ast.FunctionDef) -> list[ast.stmt]:
     return body
 
 
-def failure_sites(node: ast.FunctionDef, lines: list[str], tree: ast.Module, literals: bool = True
-                  ) -> list[tuple[Edit, ...]]:
+def failure_sites(node: ast.FunctionDef, lines: list[str], tree: ast.Module) -> list[tuple[Edit, ...]]:
     """Edits that make ``node`` fail, literal replacements first, then an element dropped from an expected
-    list, then swaps of a truth form or an order, then flips, then negations; the first kind the test has.
-    ``literals=False``: as if it had no expected literal (the forms a decoy takes where none is fair)."""
+    list, then swaps of a truth form or an order, then flips, then negations; the first kind the test has."""
+    literal, forms = failure_kinds(node, lines, tree)
+    return literal or forms
+
+
+def failure_kinds(node: ast.FunctionDef, lines: list[str], tree: ast.Module
+                  ) -> tuple[list[tuple[Edit, ...]], list[tuple[Edit, ...]]]:
+    """The literal replacements of :func:`failure_sites`, and its other sites as if the test had no
+    literal (the forms a decoy takes where no literal is fair)."""
     sympy, free = sympy_names(tree), _free_exceptions(tree)
     literal: list[tuple[Edit, ...]] = []
     drop: list[tuple[Edit, ...]] = []
@@ -82,13 +88,12 @@ def failure_sites(node: ast.FunctionDef, lines: list[str], tree: ast.Module, lit
         before = body[:i]
         if any(isinstance(n, ast.Return) for s in before for n in ast.walk(s)) or calls(before, SKIPS):
             break
-        bound = _bound_expected(stmt, before, sympy) if literals else []
-        literal += [(site,) for n in bound if (site := literal_site(n, lines))]
+        literal += [(site,) for n in _bound_expected(stmt, before, sympy) if (site := literal_site(n, lines))]
         if isinstance(stmt, ast.Assert):
             # every operand of a top-level `and` holds when the original passes: a wrong value in any fails
             parts = stmt.test.values if isinstance(stmt.test, ast.BoolOp) and isinstance(
                 stmt.test.op, ast.And) else [stmt.test]
-            literal += [e for part in parts for e in _assert_literals(part, lines, sympy) if e and literals]
+            literal += [e for part in parts for e in _assert_literals(part, lines, sympy) if e]
             drop += [e for part in parts for e in _drops(part, lines)]
             member += [e for part in parts for e in _members(part, tree)]
             swap += _swaps(stmt.test, lines)
@@ -96,13 +101,13 @@ def failure_sites(node: ast.FunctionDef, lines: list[str], tree: ast.Module, lit
             if not isinstance(stmt.test, ast.Compare):
                 negate.append(_negate(stmt.test, lines))
         elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
-            literal += [e for e in _unittest_literals(stmt.value, lines) if e and literals]
+            literal += [e for e in _unittest_literals(stmt.value, lines) if e]
             flip += [e for e in [_unittest_flip(stmt.value)] if e]
             raising += _raises(stmt.value, free)
         if isinstance(stmt, ast.With):
             raising += [e for item in stmt.items if isinstance(item.context_expr, ast.Call)
                         for e in _raises(item.context_expr, free)]
-    return literal or drop or raising or member or swap or flip or negate
+    return literal, drop or raising or member or swap or flip or negate
 
 
 RAISES = frozenset({"raises", "assertRaises", "assertRaisesRegex"})

@@ -69,7 +69,7 @@ from envfarm import pyast
 
 from .canary_clone import choose_value, is_literal, negating, used_alike, value_sites
 from .canary_place import group_names, vocabulary
-from .canary_sites import FLIPS, failure_sites, func_name, literal_site
+from .canary_sites import FLIPS, failure_kinds, func_name, literal_site
 from .canary_types import Edit as SiteEdit
 from .canary_types import added_tests
 from .decoy_pool import PROBE, PROBE_SITES, VALIDATED, PoolSite
@@ -187,8 +187,9 @@ def plant(module: str, text: str, wanted: Sequence[tuple[str | None, str]], adde
         if len(made) >= limit or id(node) in done or not _twinnable(node, lines):
             continue
         codes = codes if codes is not None else {tokens(f) for f in funcs}
-        sites = _unlike(node, codes, lines, failure_sites(node, lines, tree))  # type: ignore[arg-type]
-        forms = _unlike(node, codes, lines, failure_sites(node, lines, tree, literals=False))  # type: ignore[arg-type]
+        literal, other = failure_kinds(node, lines, tree)  # type: ignore[arg-type]
+        forms = _unlike(node, codes, lines, other)
+        sites = literal or forms  # _unlike keeps every literal site
         cls = parents[id(node)]
         fair = _fair_to(old.get((cls, node.name)), node, lines)
         mine = [s for s in pool if (s.cls, s.func) == (cls, node.name)]
