@@ -32,6 +32,7 @@ import logging
 import os
 import socket
 import struct
+import time
 from dataclasses import replace
 from typing import Any
 from urllib.parse import urlparse
@@ -48,6 +49,7 @@ from .dockerutil import client
 from .fork import CowFiles, path_specs, store
 from .fork import gc as gc_layers
 from .overlay import PathSpec
+from .threads import to_the_end
 
 log = logging.getLogger(__name__)
 
@@ -150,11 +152,13 @@ class DockerHandle(Handle):
         if self._destroyed:
             return
         self._destroyed = True
-        await self.pipe.close()
         try:
-            await asyncio.to_thread(self.backend._remove, self.container_id)
-        finally:
-            await self.backend._files.release(self.sandbox_id)
+            await self.pipe.close()
+        finally:  # the container goes even when closing the stream failed or was cancelled
+            try:
+                await to_the_end(self.backend._remove, self.container_id)
+            finally:
+                await self.backend._files.release(self.sandbox_id)
 
     async def death_reason(self) -> str:
         for _ in range(20):  # the stream can end a moment before the daemon records the exit
@@ -200,9 +204,9 @@ class DockerBackend(Backend):
             if self._remap is None:
                 self._remap = await asyncio.to_thread(remap_base)
             await self._files.create(spec, self.name, lambda: self._path_specs(spec))
-            cid = await asyncio.to_thread(self._create, name, image, spec)
+            cid = await to_the_end(self._create, name, image, spec)  # a cancelled start removes it below
             pipe = await DockerStreamPipe.attach(cid, client().api._version)
-            await asyncio.to_thread(client().api.start, cid)
+            await to_the_end(client().api.start, cid)
             await pipe.send(agent_preamble())  # the agent's source: what its boot program reads first
         except BaseException as e:
             await asyncio.shield(self._discard(name, spec.sandbox_id))
@@ -270,14 +274,21 @@ class DockerBackend(Backend):
         return str(created["Id"])
 
     @staticmethod
-    def _remove(name_or_id: str) -> None:
-        try:
-            client().api.remove_container(name_or_id, force=True, v=True)
-        except NotFound:
-            pass
-        except (APIError, DockerException) as e:
-            if "already in progress" not in str(e):
-                log.warning("could not remove container %s: %s", name_or_id, e)
+    def _remove(name_or_id: str, tries: int = 3) -> None:
+        """Remove a container, killing it first; a busy daemon that fails the kill is asked again."""
+        for attempt in range(1, tries + 1):
+            try:
+                client().api.remove_container(name_or_id, force=True, v=True)
+                return
+            except NotFound:
+                return
+            except (APIError, DockerException) as e:
+                if "already in progress" in str(e):
+                    return
+                if attempt == tries:
+                    log.warning("could not remove container %s: %s", name_or_id, e)
+                    return
+                time.sleep(attempt)
 
     async def _gc_once(self) -> None:
         global _gc_done

@@ -23,7 +23,6 @@ copied: the child's agent is fresh, background processes of the parent do not ex
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from envfarm import config
 from envfarm.errors import ForkError, SandboxStartError
 
 from .overlay import Files, LayerStore, PathSpec
+from .threads import to_the_end
 from .values import PARENT_LABEL
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
     global _mounts
     if _mounts is None:
         _mounts = ThreadPoolExecutor(max_workers=2, thread_name_prefix="envfarm-layers")
-    return await asyncio.get_running_loop().run_in_executor(_mounts, fn, *args)
+    return await to_the_end(fn, *args, executor=_mounts)  # a cancelled caller's cleanup sees what fn made
 
 
 def _after_fork_in_child() -> None:
@@ -101,11 +101,11 @@ class CowFiles:
         if sandbox_id in self._files:
             return
         try:
-            files = await _in_thread(store().create, sandbox_id, specs(), None, meta(spec, backend))
+            about = meta(spec, backend)
+            await _in_thread(self._keep, sandbox_id, store().create, sandbox_id, specs(), None, about)
         except OSError as e:
             raise SandboxStartError(f"sandbox {sandbox_id}: cannot mount its writable paths: {e}; run "
                                     "`envfarm sandbox gc` if leftovers pile up") from e
-        self._files[sandbox_id] = files
 
     async def fork(self, parent_id: str, child: SandboxSpec, backend: str,
                    specs: Callable[[], list[PathSpec]]) -> None:
@@ -114,10 +114,15 @@ class CowFiles:
         if parent is None:
             raise ForkError(f"sandbox {parent_id} has no writable paths of envfarm's to fork")
         try:
-            files = await _in_thread(store().fork_into, parent, child_id, specs(), meta(child, backend))
+            about = meta(child, backend)
+            await _in_thread(self._keep, child_id, store().fork_into, parent, child_id, specs(), about)
         except OSError as e:
             raise ForkError(f"forking sandbox {parent_id}: {e}") from e
-        self._files[child_id] = files
+
+    def _keep(self, sandbox_id: str, make: Callable[..., Files], *args: Any) -> None:
+        """Make a sandbox's files and keep them, in the store's thread: a caller cancelled meanwhile still
+        finds them to release."""
+        self._files[sandbox_id] = make(*args)
 
     async def release(self, sandbox_id: str) -> None:
         """Unmount a sandbox's overlays and drop its layers (once it is dead). Idempotent."""

@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from midway import cancel_midway
 
 from envfarm.commands.doctor import run_checks
 from envfarm.errors import BackendUnavailable
@@ -131,3 +132,65 @@ async def test_dead_daemon_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> 
     finally:
         monkeypatch.undo()
         dockerutil.reset()
+
+
+
+
+async def test_a_start_cancelled_while_the_daemon_creates_leaves_no_container(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cancellation (a closing pool, a timeout) that lands while the daemon creates the container: the
+    cleanup must not remove "nothing by that name" before the container exists. Here the daemon's answer is
+    held back until the cleanup has tried to remove (the way a busy daemon answers late)."""
+    import threading
+    import time
+
+    from envfarm.sandbox.docker import DockerBackend
+
+    api = dockerutil.client().api
+    began, tried_removing, ended = threading.Event(), threading.Event(), threading.Event()
+    real_create, real_remove = api.create_container, DockerBackend._remove
+
+    def late_create(*args: object, **kwargs: object) -> object:
+        began.set()
+        tried_removing.wait(2.0)  # the cleanup's remove, if it runs before this call ends
+        try:
+            return real_create(*args, **kwargs)
+        finally:
+            ended.set()
+
+    def remove(name_or_id: str) -> None:
+        real_remove(name_or_id)
+        tried_removing.set()
+        time.sleep(0.3)  # the sandbox's mounts outlive the remove for a moment, as on a busy host
+
+    monkeypatch.setattr(api, "create_container", late_create)
+    monkeypatch.setattr(DockerBackend, "_remove", staticmethod(remove))
+    backend, owned = get_backend("docker"), {"label": f"envfarm.owner_pid={os.getpid()}"}
+    before = {c["Id"] for c in api.containers(all=True, filters=owned)}
+    await cancel_midway(backend.start(), began, ended)
+    left = [c for c in api.containers(all=True, filters=owned) if c["Id"] not in before]
+    for c in left:
+        real_remove(c["Id"])
+    assert not left, "the cancelled start left its container"
+    assert backend._files._files == {}  # type: ignore[attr-defined]
+
+
+async def test_a_failed_remove_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A busy daemon that fails to kill the container (a 500) does not leave it behind: it is asked again."""
+    from docker.errors import APIError
+
+    api, failed = dockerutil.client().api, []
+    real = api.remove_container
+
+    def flaky(*args: object, **kwargs: object) -> None:
+        if not failed:
+            failed.append(args)
+            raise APIError("cannot remove container: tried to kill it, but did not receive an exit event")
+        real(*args, **kwargs)
+
+    backend = get_backend("docker")
+    sb = await backend.start()
+    cid = sb._handle.container_id  # type: ignore[attr-defined]
+    monkeypatch.setattr(api, "remove_container", flaky)
+    await sb.close()
+    assert failed and not api.containers(all=True, filters={"id": cid})

@@ -7,10 +7,12 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from midway import cancel_midway
 
 from envfarm.errors import ForkError
 from envfarm.sandbox import Backend
@@ -106,6 +108,30 @@ async def test_closing_a_booting_child_frees_its_layers(isolated_backend: Backen
             assert (await grandchild.read_file("a.txt")) == b"a\n"
     names = {p.name for p in store().boxes.iterdir()}
     assert not names & {child.id, second.id, grandchild.id}
+
+
+
+async def test_a_start_cancelled_while_its_layers_mount_frees_them(isolated_backend: Backend,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cancellation waits for the mount in flight, so the cleanup finds the layers and frees them."""
+    import threading
+
+    from envfarm.sandbox.fork import store
+
+    began, ended, real_create = threading.Event(), threading.Event(), LayerStore.create
+
+    def slow_create(self: LayerStore, *args: object) -> object:
+        began.set()
+        time.sleep(0.5)  # the caller is cancelled meanwhile
+        try:
+            return real_create(self, *args)  # type: ignore[arg-type]
+        finally:
+            ended.set()
+
+    monkeypatch.setattr(LayerStore, "create", slow_create)
+    before = {p.name for p in store().boxes.iterdir()}
+    await cancel_midway(isolated_backend.start(), began, ended)
+    assert {p.name for p in store().boxes.iterdir()} <= before
 
 
 async def test_gc_removes_the_layers_of_a_killed_owner() -> None:
