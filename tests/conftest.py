@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 import os
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -51,6 +53,21 @@ async def hostile_backend(request: pytest.FixtureRequest) -> AsyncIterator[Backe
         yield backend
 
 
+_STARTED: list[tuple[float, str]] = []
+"""(wall-clock start, node id) of each test so far: a container left behind names the test it was made in."""
+
+
+def pytest_runtest_logstart(nodeid: str, location: object) -> None:
+    _STARTED.append((time.time(), nodeid))
+
+
+def _made_during(created: float) -> str:
+    """The test that was running when a container was created (its setup, call or teardown; docker
+    gives the time to the second, so a test shorter than that may name the one before it)."""
+    at = bisect.bisect_right([t for t, _ in _STARTED], created) - 1
+    return _STARTED[at][1] if at >= 0 else "before the first test"
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_leftover_containers() -> object:
     """After the whole run, this process must own no container (zero left after any test)."""
@@ -60,4 +77,6 @@ def no_leftover_containers() -> object:
     if not dockerutil.ping():
         return
     mine = dockerutil.client().api.containers(all=True, filters={"label": f"envfarm.owner_pid={os.getpid()}"})
-    assert not mine, f"{len(mine)} envfarm containers left behind: {[c['Names'] for c in mine]}"
+    left = [f"{c['Names'][0]} ({c['Image']}, {c['Status']}) made during {_made_during(c['Created'])}"
+            for c in mine]
+    assert not left, f"{len(left)} envfarm containers left behind: {left}"
