@@ -7,15 +7,18 @@ import os
 import pwd
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import pytest
+from docker.errors import APIError
 from midway import cancel_midway
 
 from envfarm.commands.doctor import run_checks
 from envfarm.errors import BackendUnavailable
 from envfarm.sandbox import Limits, dockerutil, fork, get_backend
-from envfarm.sandbox.docker import userns_remapped
+from envfarm.sandbox.docker import DockerBackend, userns_remapped
 
 pytestmark = pytest.mark.docker
 
@@ -134,18 +137,11 @@ async def test_dead_daemon_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> 
         dockerutil.reset()
 
 
-
-
 async def test_a_start_cancelled_while_the_daemon_creates_leaves_no_container(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A cancellation (a closing pool, a timeout) that lands while the daemon creates the container: the
     cleanup must not remove "nothing by that name" before the container exists. Here the daemon's answer is
     held back until the cleanup has tried to remove (the way a busy daemon answers late)."""
-    import threading
-    import time
-
-    from envfarm.sandbox.docker import DockerBackend
-
     api = dockerutil.client().api
     began, tried_removing, ended = threading.Event(), threading.Event(), threading.Event()
     real_create, real_remove = api.create_container, DockerBackend._remove
@@ -177,8 +173,6 @@ async def test_a_start_cancelled_while_the_daemon_creates_leaves_no_container(
 
 async def test_a_failed_remove_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """A busy daemon that fails to kill the container (a 500) does not leave it behind: it is asked again."""
-    from docker.errors import APIError
-
     api, failed = dockerutil.client().api, []
     real = api.remove_container
 

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -110,12 +111,10 @@ async def test_closing_a_booting_child_frees_its_layers(isolated_backend: Backen
     assert not names & {child.id, second.id, grandchild.id}
 
 
-
 async def test_a_start_cancelled_while_its_layers_mount_frees_them(isolated_backend: Backend,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """The cancellation waits for the mount in flight, so the cleanup finds the layers and frees them."""
-    import threading
-
+    from envfarm.config import run_id
     from envfarm.sandbox.fork import store
 
     began, ended, real_create = threading.Event(), threading.Event(), LayerStore.create
@@ -128,10 +127,13 @@ async def test_a_start_cancelled_while_its_layers_mount_frees_them(isolated_back
         finally:
             ended.set()
 
+    def mine() -> set[str]:  # the store is the host's: other envfarm processes keep boxes there too
+        return {p.name for p in store().boxes.iterdir() if p.name.startswith(f"{run_id()}-{os.getpid():x}-")}
+
     monkeypatch.setattr(LayerStore, "create", slow_create)
-    before = {p.name for p in store().boxes.iterdir()}
+    before = mine()
     await cancel_midway(isolated_backend.start(), began, ended)
-    assert {p.name for p in store().boxes.iterdir()} <= before
+    assert mine() <= before
 
 
 async def test_gc_removes_the_layers_of_a_killed_owner() -> None:
