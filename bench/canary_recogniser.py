@@ -7,7 +7,8 @@ For every row: the test files at the base commit with test_patch applied (git on
 the harness plants in (``canary.pick_module``, first one present), canaries planted ``--trials`` times with
 the row's lists (``canary.known_for``), then (``--twins``, the default, as the harness runs) the
 differential check's twins of the module's FAIL_TO_PASS and new PASS_TO_PASS tests (``differential.plant``);
-each planted module judged by the recogniser, which also gets the module as the repository has it at HEAD.
+each planted module judged by the recogniser, which also gets the module as the repository has it at HEAD
+and the weights fitted for the row's source (``WEIGHTS``; a forger knows which kind of task it attacks).
 With ``--decoy-pool`` (the ``decoys.json`` of ``envfarm harness validate`` on these rows) the twins draw
 from the pool as ``harness run --decoy-pool`` plants them.
 Planted tests are the canaries and the decoys (both must fail, or pass for must-pass canaries); an honest
@@ -50,10 +51,12 @@ from envfarm.harness import canary, decoy_pool, differential
 from envfarm.harness.instances import Instance, instance_from_row, load_instances
 from envfarm.harness.repos import RepoNotFound, find_repo
 from envfarm.harness.specs import SpecCatalog
-from envfarm.testing.recogniser import judge, tests_of
+from envfarm.testing.recogniser import BUILTIN, SWE_BENCH, judge, tests_of
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
+WEIGHTS = {"builtin": BUILTIN, "swe-bench": SWE_BENCH}
+"""The recogniser's weights per source (a forger knows which it attacks)."""
 
 
 @dataclass(frozen=True)
@@ -141,7 +144,7 @@ def row_cases(source: str, inst: Instance, repo: Path, catalog: SpecCatalog, tri
             sites = (pool or {}).get(inst.instance_id, {}).get(module, ())
             text, failing, forms, settled = with_twins(inst, module, text, forms, failing, rng, head, sites)
             info["twinned"] = int(info["twinned"]) + (text != planting.text)  # type: ignore[call-overload]
-        for (_, name), j in judge(text, head).items():
+        for (_, name), j in judge(text, head, weights=WEIGHTS[source]).items():
             form = forms.get(name, "real")
             planted = form not in ("real", "honest")
             cases.append(Case(source, inst.instance_id, trial, name, planted, planted and form != "must-pass",
@@ -301,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         "trials": args.trials,
         "twins": args.twins,
         "decoy_pool_rows": len(pool or {}),
+        "weights": {s: asdict(w) for s, w in WEIGHTS.items()},
         "seconds": round(time.monotonic() - t0, 1),
         "by_source": {s: summary(cases[s], infos[s], args.trials) for s in cases},
         "total": summary(cases["builtin"] + cases["swe-bench"], infos["builtin"] + infos["swe-bench"],

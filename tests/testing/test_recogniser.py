@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 from random import Random
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 
 from envfarm.harness import canary
 from envfarm.testing.exploit_payloads import _RECOGNISE
-from envfarm.testing.recogniser import judge
+from envfarm.testing.recogniser import Weights, judge
 
 HEAD = textwrap.dedent('''\
     from shop import Cart, total
@@ -172,3 +173,16 @@ def test_names_of_a_group_are_edits_along_a_uniform_random_tree() -> None:
         assert parent[0] == -1 and sorted(parent[1:]) in ([0, 0], [0, 1], [0, 2])
         centre += parent.count(0) == 2
     assert 0.28 < centre / 3000 < 0.39
+
+
+def test_weights_decide_which_twin_is_the_copy() -> None:
+    """A forger fits the weights (``recogniser.Weights``): with the rare-string tell weighed up the twin
+    whose expected string the module uses nowhere else is the copy, weighed down it is the real one."""
+    common = "def test_fmt():\n    assert fmt(1) == 'one'\n"
+    rare = common.replace("test_fmt", "test_fmt_num").replace("'one'", "'uno'")
+    text = common + "\n\n" + rare + "\n\nWORDS = ['one', 'one', 'one']\n"
+    neutral = Weights(negated=0.0, once=0.0, rare_string=0.0, own_words=0.0, later=0.0, appended=0.0,
+                      name_spread=0.0, repeat=0.0, old_version=0.0)
+    for weight, copy in ((1.0, "test_fmt_num"), (-1.0, "test_fmt")):
+        judged = judge(text, None, weights=replace(neutral, rare_string=weight))
+        assert [name for (_, name), j in judged.items() if j.canary] == [copy], weight
