@@ -11,6 +11,10 @@ each planted module judged by the recogniser, which also gets the module as the 
 and the weights fitted for the row's source (``WEIGHTS``; a forger knows which kind of task it attacks).
 With ``--decoy-pool`` (the ``decoys.json`` of ``envfarm harness validate`` on these rows) the twins draw
 from the pool as ``harness run --decoy-pool`` plants them.
+``--fit`` fits the recogniser's weights instead (``recogniser.fit_weights``, from ``HAND``), per source,
+on rows the bench does not score: the built-in ones planted with another seed and ``--fit-rows`` other
+SWE-bench rows; it writes ``bench/results/canary_recogniser_fit.json``, which ``recogniser.BUILTIN`` and
+``recogniser.SWE_BENCH`` copy.
 Planted tests are the canaries and the decoys (both must fail, or pass for must-pass canaries); an honest
 copy is the test it copies (a real test, or a must-pass canary). ``MIRRORS`` holds ``owner__name.git``
 repositories (the harness's ``--repo-source`` folder); rows of repositories not there are left out.
@@ -43,6 +47,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from random import Random
@@ -51,10 +56,25 @@ from envfarm.harness import canary, decoy_pool, differential
 from envfarm.harness.instances import Instance, instance_from_row, load_instances
 from envfarm.harness.repos import RepoNotFound, find_repo
 from envfarm.harness.specs import SpecCatalog
-from envfarm.testing.recogniser import BUILTIN, SWE_BENCH, judge, tests_of
+from envfarm.testing.recogniser import (
+    BUILTIN,
+    GRID,
+    HAND,
+    PASSES,
+    SWE_BENCH,
+    Judgement,
+    Key,
+    Weights,
+    decide,
+    features,
+    fit_weights,
+    judge,
+    tests_of,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
+RESULTS = ROOT / "bench" / "results"
 WEIGHTS = {"builtin": BUILTIN, "swe-bench": SWE_BENCH}
 """The recogniser's weights per source (a forger knows which it attacks)."""
 
@@ -108,9 +128,28 @@ def test_texts(repo: Path, inst: Instance, files: tuple[str, ...]) -> tuple[dict
         return heads, {p: (root / p).read_text(errors="replace") for p in files if (root / p).is_file()}
 
 
-def row_cases(source: str, inst: Instance, repo: Path, catalog: SpecCatalog, trials: int, seed: int,
-              twins: bool = True, pool: decoy_pool.Pools | None = None
-              ) -> tuple[list[Case], dict[str, object]]:
+@dataclass(frozen=True)
+class Planted:
+    """One planted module of a row, as the recogniser gets it, with the truth its cases need."""
+
+    source: str
+    instance_id: str
+    trial: int
+    text: str
+    head: str | None
+    """The module at the repository's HEAD (None: the repository has no such file)."""
+    forms: dict[str, str]
+    """Planted tests: name -> ``Case.form``."""
+    failing: frozenset[str]
+    settled: frozenset[str]
+    head_names: frozenset[str]
+    hidden: bool
+
+
+def row_plantings(source: str, inst: Instance, repo: Path, catalog: SpecCatalog, trials: int, seed: int,
+                  twins: bool = True, pool: decoy_pool.Pools | None = None
+                  ) -> tuple[list[Planted], dict[str, object]]:
+    """A row's planted modules, ``trials`` of them (none when no test module can be planted in)."""
     plan = catalog.plan(inst)
     heads, texts = test_texts(repo, inst, plan.test_files)
     known = canary.known_for(inst.fail_to_pass, inst.pass_to_pass, inst.test_patch)
@@ -120,12 +159,11 @@ def row_cases(source: str, inst: Instance, repo: Path, catalog: SpecCatalog, tri
         return [], {"instance_id": inst.instance_id, "skipped": "no test module to plant in"}
     module, style = modules[0], canary.style_for(plan.log_parser)
     head = heads.get(module)
-    head_names = {k[1] for k in judge(head, None)} if head else set()
+    head_names = frozenset(t.key[1] for t in tests_of(head or ""))
     f2p = {k[2] for k in known.failing if k[0] in (None, module)}
     info: dict[str, object] = {"instance_id": inst.instance_id, "module": module,
-                               "new_f2p": sorted(f2p - head_names), "derived": 0}
-    cases = []
-    info["twinned"] = 0
+                               "new_f2p": sorted(f2p - head_names), "derived": 0, "twinned": 0}
+    out = []
     stand_in = twins and any(differential.twinnable(m, t, inst.fail_to_pass, inst.test_patch, heads.get(m))
                              for m, t in texts.items() if m.endswith(".py"))
     for trial in range(trials):
@@ -144,13 +182,28 @@ def row_cases(source: str, inst: Instance, repo: Path, catalog: SpecCatalog, tri
             sites = (pool or {}).get(inst.instance_id, {}).get(module, ())
             text, failing, forms, settled = with_twins(inst, module, text, forms, failing, rng, head, sites)
             info["twinned"] = int(info["twinned"]) + (text != planting.text)  # type: ignore[call-overload]
-        for (_, name), j in judge(text, head, weights=WEIGHTS[source]).items():
-            form = forms.get(name, "real")
-            planted = form not in ("real", "honest")
-            cases.append(Case(source, inst.instance_id, trial, name, planted, planted and form != "must-pass",
-                              name in failing, j.score <= -10.0, name not in head_names, planting.hidden,
-                              j.canary, name in settled, form, j.why))
-    return cases, info
+        out.append(Planted(source, inst.instance_id, trial, text, head, forms, frozenset(failing),
+                           frozenset(settled), head_names, planting.hidden))
+    return out, info
+
+
+def cases_of(p: Planted, judged: dict[Key, Judgement]) -> list[Case]:
+    """A case per test of a planted module, from the recogniser's judgements of it."""
+    cases = []
+    for (_, name), j in judged.items():
+        form = p.forms.get(name, "real")
+        planted = form not in ("real", "honest")
+        cases.append(Case(p.source, p.instance_id, p.trial, name, planted, planted and form != "must-pass",
+                          name in p.failing, j.score <= -10.0, name not in p.head_names, p.hidden,
+                          j.canary, name in p.settled, form, j.why))
+    return cases
+
+
+def row_cases(source: str, inst: Instance, repo: Path, catalog: SpecCatalog, trials: int, seed: int,
+              twins: bool = True, pool: decoy_pool.Pools | None = None
+              ) -> tuple[list[Case], dict[str, object]]:
+    plantings, info = row_plantings(source, inst, repo, catalog, trials, seed, twins, pool)
+    return [c for p in plantings for c in cases_of(p, judge(p.text, p.head, weights=WEIGHTS[source]))], info
 
 
 def with_twins(inst: Instance, module: str, planted: str, forms: dict[str, str], failing: set[str],
@@ -219,7 +272,7 @@ def _rate(pair: tuple[int, int]) -> float | None:
 def summary(cases: list[Case], infos: list[dict[str, object]], trials: int) -> dict[str, object]:
     sets = {"all": cases, "unseen": [c for c in cases if not c.seen],
             "new_names": [c for c in cases if c.new_name],
-            "new_code": [c for c in cases if c.new_name and not c.settled],
+            "new_code": new_code(cases),
             "new_names_hidden_sources": [c for c in cases if c.new_name and c.hidden],
             "new_names_repository_sources": [c for c in cases if c.new_name and not c.hidden]}
     hidden = {(c.instance_id, c.trial) for c in cases if c.hidden}
@@ -241,35 +294,100 @@ def summary(cases: list[Case], infos: list[dict[str, object]], trials: int) -> d
     }
 
 
-def rows(args: argparse.Namespace) -> list[tuple[str, Instance, Path]]:
-    out: list[tuple[str, Instance, Path]] = []
+def builtin_rows() -> list[tuple[str, Instance, Path]]:
     from envfarm.envs.code_repair import builtin
 
     projects = builtin.load_projects()
     repos = builtin.cached_repos(projects)
+    out = []
     for r in builtin.rows(projects):
         inst = instance_from_row(r)
         out.append(("builtin", inst, find_repo(repos, inst.repo)))
+    return out
+
+
+def swe_rows(args: argparse.Namespace) -> list[tuple[str, Instance, Path]]:
+    """Every SWE-bench row (lite, then verified) whose repository ``--repo-source`` holds, by id."""
     seen: dict[str, Instance] = {}
     for name in ("swe-bench-lite", "swe-bench-verified"):
         for inst in load_instances(args.data / name):
             seen.setdefault(inst.instance_id, inst)
-    chosen: list[tuple[str, Instance, Path]] = []
-    per_repo: Counter[str] = Counter()
+    out = []
     for inst in sorted(seen.values(), key=lambda i: i.instance_id):
         try:
-            repo = find_repo(args.repo_source, inst.repo)
+            out.append(("swe-bench", inst, find_repo(args.repo_source, inst.repo)))
         except RepoNotFound:
             continue
-        if per_repo[inst.repo] < args.per_repo or inst.instance_id in args.instance_ids:
-            per_repo[inst.repo] += 1
-            chosen.append(("swe-bench", inst, repo))
-    rng = Random(args.seed)
-    rng.shuffle(chosen)
+    return out
+
+
+def capped(found: list[tuple[str, Instance, Path]], per_repo: int, keep: Collection[str] = ()
+           ) -> list[tuple[str, Instance, Path]]:
+    """``found`` with at most ``per_repo`` rows of each repository (rows in ``keep`` always)."""
+    count: Counter[str] = Counter()
+    out = []
+    for row in found:
+        if count[row[1].repo] < per_repo or row[1].instance_id in keep:
+            count[row[1].repo] += 1
+            out.append(row)
+    return out
+
+
+def rows(args: argparse.Namespace) -> list[tuple[str, Instance, Path]]:
+    """The rows the bench scores: every built-in one and ``--rows`` SWE-bench rows drawn with ``--seed``."""
+    chosen = capped(swe_rows(args), args.per_repo, args.instance_ids)
+    Random(args.seed).shuffle(chosen)
     if args.instance_ids:
         wanted = set(args.instance_ids)
-        return [r for r in out + chosen if r[1].instance_id in wanted]
-    return out + chosen[: args.rows]
+        return [r for r in builtin_rows() + chosen if r[1].instance_id in wanted]
+    return builtin_rows() + chosen[: args.rows]
+
+
+def fit_rows(args: argparse.Namespace) -> list[tuple[str, Instance, Path]]:
+    """The rows weights are fitted on: the built-in ones (planted with another seed than the bench's) and
+    ``--fit-rows`` SWE-bench rows the bench does not score, at most ``--fit-per-repo`` per repository."""
+    scored = {r[1].instance_id for r in rows(args)}
+    rest = [r for r in swe_rows(args) if r[1].instance_id not in scored]
+    Random(args.seed + 1).shuffle(rest)
+    return builtin_rows() + capped(rest, args.fit_per_repo)[: args.fit_rows]
+
+
+def new_code(cases: list[Case]) -> list[Case]:
+    return [c for c in cases if c.new_name and not c.settled]
+
+
+def fit(plantings: list[Planted], start: Weights) -> tuple[Weights, float, float]:
+    """Weights fitted on ``plantings`` (``recogniser.fit_weights``) to the balanced accuracy on their
+    new-code set: (weights, start's accuracy, theirs)."""
+    found = [(p, features(p.text, p.head)) for p in plantings]
+
+    def score(w: Weights) -> float:
+        judged = [c for p, f in found for c in cases_of(p, decide(f, w))]
+        return float(balanced(new_code(judged))["balanced_accuracy"])
+
+    return fit_weights(score, start)
+
+
+def fit_main(args: argparse.Namespace, catalog: SpecCatalog) -> dict[str, object]:
+    """``--fit``: weights per source from :func:`fit_rows`, starting from the hand-set ones (``HAND``)."""
+    t0 = time.monotonic()
+    plantings: dict[str, list[Planted]] = {"builtin": [], "swe-bench": []}
+    for source, inst, repo in fit_rows(args):
+        seed = args.seed + FIT_SEED if source == "builtin" else args.seed
+        plantings[source] += row_plantings(source, inst, repo, catalog, args.trials, seed)[0]
+    out: dict[str, object] = {}
+    for source, planted in plantings.items():
+        weights, first, top = fit(planted, HAND)
+        out[source] = {"rows": len({p.instance_id for p in planted}), "plantings": len(planted),
+                       "start": asdict(HAND), "start_accuracy": first, "weights": asdict(weights),
+                       "accuracy": top}
+    return {"measured": time.strftime("%Y-%m-%d"), "trials": args.trials, "grid": list(GRID),
+            "passes": PASSES,
+            "seconds": round(time.monotonic() - t0, 1), "by_source": out}
+
+
+FIT_SEED = 7
+"""Added to ``--seed`` to plant the built-in rows for a fit (the bench scores every built-in row)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -283,15 +401,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--instance-ids", nargs="*", default=(), help="only these rows (built-in or SWE-bench)")
     ap.add_argument("--twins", action=argparse.BooleanOptionalAction, default=True,
                     help="plant the differential check's twins after the canaries, as the harness does")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "canary_recogniser.json")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="default bench/results/canary_recogniser.json (--fit: canary_recogniser_fit.json)")
     ap.add_argument("--decoy-pool", type=Path, default=None,
                     help="decoys.json from `envfarm harness validate` on these rows: plant as `harness run "
                          "--decoy-pool` does")
+    ap.add_argument("--fit", action="store_true",
+                    help="fit the recogniser's weights per source on rows the bench does not score, write "
+                         "them to --out (default bench/results/canary_recogniser_fit.json)")
+    ap.add_argument("--fit-rows", type=int, default=60, help="SWE-bench rows to fit on (--fit)")
+    ap.add_argument("--fit-per-repo", type=int, default=15, help="of them, per repository at most (--fit)")
     ap.add_argument("--cases", type=Path, default=None,
                     help="also write every judged test, one JSON object per line (for analysis)")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
     catalog = SpecCatalog()
+    if args.fit:
+        return write(fit_main(args, catalog), args.out or RESULTS / "canary_recogniser_fit.json")
     cases: dict[str, list[Case]] = {"builtin": [], "swe-bench": []}
     infos: dict[str, list[dict[str, object]]] = {"builtin": [], "swe-bench": []}
     pool = decoy_pool.load(args.decoy_pool) if args.decoy_pool else None
@@ -313,10 +439,14 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.cases:
         args.cases.write_text("".join(json.dumps(asdict(c)) + "\n" for s in cases.values() for c in s))
+    return write(result, args.out or RESULTS / "canary_recogniser.json")
+
+
+def write(result: dict[str, object], out: Path) -> int:
     text = json.dumps(result, indent=2)
     print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n")
     return 0
 
 

@@ -212,6 +212,9 @@ BENCHES: dict[str, Bench] = {
                                          "python bench/canary_recogniser.py --repo-source MIRRORS --rows 60 "
                                          "--trials 3 --decoy-pool decoys.json --out "
                                          "bench/results/canary_recogniser_pool.json", render_generic),
+    "canary_recogniser_fit.json": Bench("Canary recogniser weights, fitted",
+                                        "python bench/canary_recogniser.py --repo-source MIRRORS --rows 60 "
+                                        "--trials 3 --fit", render_generic),
     "sandbox_live_bwrap.json": Bench("Sandboxes live at once: bwrap",
                                      "python bench/sandbox.py --live-only --backends bwrap --live 5000",
                                      render_live),

@@ -15,7 +15,7 @@ import pytest
 
 from envfarm.harness import canary
 from envfarm.testing.exploit_payloads import _RECOGNISE
-from envfarm.testing.recogniser import Weights, judge
+from envfarm.testing.recogniser import Weights, decide, features, fit_weights, judge
 
 HEAD = textwrap.dedent('''\
     from shop import Cart, total
@@ -181,8 +181,29 @@ def test_weights_decide_which_twin_is_the_copy() -> None:
     common = "def test_fmt():\n    assert fmt(1) == 'one'\n"
     rare = common.replace("test_fmt", "test_fmt_num").replace("'one'", "'uno'")
     text = common + "\n\n" + rare + "\n\nWORDS = ['one', 'one', 'one']\n"
-    neutral = Weights(negated=0.0, once=0.0, rare_string=0.0, own_words=0.0, later=0.0, appended=0.0,
-                      name_spread=0.0, repeat=0.0, old_version=0.0)
     for weight, copy in ((1.0, "test_fmt_num"), (-1.0, "test_fmt")):
-        judged = judge(text, None, weights=replace(neutral, rare_string=weight))
+        judged = judge(text, None, weights=replace(NEUTRAL, rare_string=weight))
         assert [name for (_, name), j in judged.items() if j.canary] == [copy], weight
+
+
+NEUTRAL = Weights(negated=0.0, once=0.0, rare_string=0.0, own_words=0.0, later=0.0, appended=0.0,
+                  name_spread=0.0, repeat=0.0, old_version=0.0)
+
+
+def test_a_fit_raises_the_tell_that_singles_out_the_copies() -> None:
+    """``fit_weights`` from weights that see nothing: on plantings where each copy is its original with a
+    statement appended (placed before it half the time), it weighs that tell up and no other."""
+    modules = []
+    for i in range(6):
+        real = f"def test_sum_{i}():\n    got = add({i}, 1)\n    assert got\n"
+        copy = real.replace(f"test_sum_{i}", f"test_total_{i}") + "    assert callable(got)\n"
+        modules.append(features(copy + "\n\n" + real if i % 2 else real + "\n\n" + copy, None))
+
+    def score(w: Weights) -> float:
+        calls = [decide(found, w) for found in modules]
+        return sum(j[None, f"test_total_{i}"].canary and not j[None, f"test_sum_{i}"].canary
+                   for i, j in enumerate(calls)) / len(calls)
+
+    fitted, first, top = fit_weights(score, NEUTRAL)
+    assert (first, top) == (0.5, 1.0)
+    assert fitted.appended > 0 and replace(fitted, appended=0.0) == NEUTRAL, fitted
