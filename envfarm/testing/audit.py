@@ -24,8 +24,9 @@ from envfarm.harness.grading import InstanceReport
 from envfarm.harness.instances import Instance
 from envfarm.harness.repos import locate
 
-from .exploit_payloads import GRADER_AWARE, hook_code
+from .exploit_payloads import GRADER_AWARE, hook_code, recognise
 from .exploits import Edit, Exploit, Target, exploits_for, render_patch
+from .recogniser import BUILTIN, SWE_BENCH, Weights
 
 GOLD = "gold"
 PREFIX = "forgery/"
@@ -91,18 +92,22 @@ class AuditReport:
 def suite(inst: Instance) -> list[Exploit]:
     """Every exploit of the forgery suite that applies to ``inst``'s runner, the grader-aware class last."""
     from envfarm.demo.harness import target
+    from envfarm.envs.code_repair.builtin import OWNER
 
-    return [*exploits_for(target(inst)), *grader_aware(target(inst))]
+    weights = BUILTIN if inst.repo.split("/")[0] == OWNER else SWE_BENCH  # fitted for the tasks attacked
+    return [*exploits_for(target(inst)), *grader_aware(target(inst), weights)]
 
 
-def grader_aware(t: Target) -> list[Exploit]:
+def grader_aware(t: Target, weights: Weights = SWE_BENCH) -> list[Exploit]:
     """Class 5, grader-aware: the package under test rewrites the runner's reports in memory, forging a pass
-    only for the failing tests that ``envfarm.testing.recogniser``'s rule (embedded in the patch, run in the
-    test process) takes for real, and leaving the suspected canaries honest."""
+    only for the failing tests that ``envfarm.testing.recogniser`` (its source embedded in the patch, run in
+    the test process with ``weights``, fitted for the kind of task attacked) takes for real, and leaving the
+    suspected canaries and decoys honest."""
     key = GRADER_AWARE[t.runner]
+    hook = hook_code(key, recognise(weights))
     return [Exploit(f"{t.runner}-grader-aware", GRADER_AWARE_CLASS,
                     "the package rewrites the runner's reports, forging only tests its canary recogniser "
-                    "calls real", (Edit(t.package_init, "append", hook_code(key)),))]
+                    "calls real", (Edit(t.package_init, "append", hook),))]
 
 
 async def audit(

@@ -8,22 +8,22 @@ one assertion changed, under new names). Its decision, per test of the module:
 1. a test the repository has, unchanged (same name, same code) is real; so is one whose name the repository
    has (test_patch edits tests in place; canaries always take new names);
 2. a test with a new name and no *twin* (another test of the module with the same code up to the name and at
-   most a few AST tokens: a value, an operator, a ``not``; ``strong``: or one value replaced by another at
-   every use, or with all statements the same but one, itself a few tokens from its counterpart) is real;
+   most a few AST tokens: a value, an operator, a ``not``; or one value replaced by another at every use;
+   or all statements the same but one, itself a few tokens from its counterpart) is real;
 3. of a twin pair, the member scored as the copy is the canary: its twin is in the repository; else a
    weighted sum of tells (:class:`Weights`, fitted per source as a forger with the grader's source would fit
    them on plantings of its own): its differing literal is used once in the test, or is a string used
    nowhere else in the module; its assertion is the negated form; the share of its name's words found in
-   its body; its place after its twin; a statement appended to its twin; (``strong``, the default) in a
-   group of three or more, its name's distance from the others' (copies are named by editing the
+   its body; its place after its twin; a statement appended to its twin; in a group of three or more,
+   its name's distance from the others' (copies are named by editing the
    original's name); a run of tokens it adds that occurs twice in it (a repeated list element); and of the
    tests with new names, the one alone nearest to the repository's version of a test the module no longer
    has (edited in place by test_patch, then replaced by copies under new names) leans to its honest copy;
 4. a synthetic fallback canary (``canary_synth.py``: word-list name, literal arithmetic) is a canary.
 
 ``judge`` returns a :class:`Judgement` per test; ``bench/canary_recogniser.py`` measures how often it is
-right; ``exploit_payloads.py`` embeds a compact version in a forgery. This module attacks the grader and is
-never imported by it.
+right; ``exploit_payloads.py`` embeds this module's source in a forgery (so it imports nothing of envfarm
+but two helpers it can carry along). This module attacks the grader and is never imported by it.
 """
 
 from __future__ import annotations
@@ -76,9 +76,6 @@ HAND = Weights(negated=1.0, once=0.5, rare_string=0.5, own_words=0.3, later=0.1,
 """The weights as first set by hand; fits start from them."""
 SWE_BENCH = Weights()
 """Fitted on 57 SWE-bench rows none of which the bench scores (at most 15 per repository)."""
-COMPACT = Weights(negated=1.0, once=0.5, rare_string=0.5, own_words=0.3, later=0.1, appended=0.0,
-                  name_spread=0.0, repeat=0.0, old_version=0.0)
-"""The rule ``exploit_payloads.py`` embeds (``strong`` False)."""
 BUILTIN = Weights(negated=0.0, rare_string=0.3, own_words=-1.0, later=-0.3, repeat=3.0)
 """Fitted on the built-in code-repair tasks, planted with another seed than the bench's."""
 
@@ -162,23 +159,20 @@ class Features:
     seen_names: frozenset[str]
 
 
-def judge(planted: str, head: str | None, strong: bool = True, weights: Weights = SWE_BENCH
-          ) -> dict[Key, Judgement]:
+def judge(planted: str, head: str | None, weights: Weights = SWE_BENCH) -> dict[Key, Judgement]:
     """A judgement per test function of ``planted`` (the module as the run sees it); ``head``: the module at
-    the repository's HEAD, None when the repository has no such file. ``strong`` False: the compact rule
-    ``exploit_payloads.py`` embeds (no group-level features, its own weights)."""
-    return decide(features(planted, head, strong), weights if strong else COMPACT)
+    the repository's HEAD, None when the repository has no such file."""
+    return decide(features(planted, head), weights)
 
 
-def features(planted: str, head: str | None, strong: bool = True) -> Features:
+def features(planted: str, head: str | None) -> Features:
     """The :class:`Features` of ``planted`` (``judge``'s arguments)."""
     tests = tests_of(planted)
     old = tests_of(head or "")
     seen = {t.key: t.tokens for t in old}
     seen_names = frozenset(k[1] for k in seen)
-    near = _one_statement_apart if strong else _few_tokens_apart
-    twins = {t.key: tuple(u for u in tests if u is not t and u.key[0] == t.key[0] and near(t, u))
-             for t in tests}
+    twins = {t.key: tuple(u for u in tests if u is not t and u.key[0] == t.key[0]
+                          and _one_statement_apart(t, u)) for t in tests}
     diffs: dict[tuple[Key, Key], Diff] = {}
 
     def diff(t: Test, u: Test) -> Diff:
@@ -193,12 +187,10 @@ def features(planted: str, head: str | None, strong: bool = True) -> Features:
             ahead, back = _direction(t, u, diff(t, u), planted), _direction(u, t, diff(u, t), planted)
             for i, (x, y) in enumerate(zip(ahead, back, strict=True)):
                 mine[i] += x - y
-            if strong:
-                mine[_AT["name_spread"]] += _name_distance(t, u)
-                mine[_AT["repeat"]] += diff(t, u).repeats - diff(u, t).repeats
-    if strong:
-        for key in _nearest_to_old(tests, old, seen_names):
-            tells[key][_AT["old_version"]] -= 1.0
+            mine[_AT["name_spread"]] += _name_distance(t, u)
+            mine[_AT["repeat"]] += diff(t, u).repeats - diff(u, t).repeats
+    for key in _nearest_to_old(tests, old, seen_names):
+        tells[key][_AT["old_version"]] -= 1.0
     return Features(tuple(tests), twins, {k: tuple(v) for k, v in tells.items()}, seen, seen_names)
 
 
@@ -308,13 +300,15 @@ def _few_tokens_apart(t: Test, u: Test) -> bool:
 def _one_statement_apart(t: Test, u: Test) -> bool:
     """Twins: a few tokens apart, or one value the other has at each of its uses (``canary_clone.value_sites``
     changes them all), or the same statements but one, itself a few tokens from its counterpart (an
-    assertion rewritten in another form: ``not x`` as ``x is False``)."""
+    assertion rewritten in another form: ``not x`` as ``x is False``), in tests of two statements or more
+    (two one-line tests are rarely copies when more than a few tokens apart: ``mul(3, 4) == 12`` and
+    ``div(8, 2) == 4``)."""
     if _few_tokens_apart(t, u) or _one_value_apart(t, u):
         return True
     a, b = t.statements, u.statements
     if _appended(t, u) or _appended(u, t):
         return True
-    if len(a) != len(b):
+    if len(a) != len(b) or len(a) < 2:
         return False
     apart = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
     if len(apart) != 1:

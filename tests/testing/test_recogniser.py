@@ -4,6 +4,8 @@ embeds decides as it does."""
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 import textwrap
 from dataclasses import replace
@@ -14,8 +16,8 @@ from typing import Any
 import pytest
 
 from envfarm.harness import canary
-from envfarm.testing.exploit_payloads import _RECOGNISE
-from envfarm.testing.recogniser import Weights, decide, features, fit_weights, judge
+from envfarm.testing.exploit_payloads import recognise, recogniser_source
+from envfarm.testing.recogniser import BUILTIN, SWE_BENCH, Weights, decide, features, fit_weights, judge
 
 HEAD = textwrap.dedent('''\
     from shop import Cart, total
@@ -82,14 +84,14 @@ def test_copies_of_hidden_tests_are_a_guess() -> None:
     assert wrong >= 5
 
 
-def _payload_rule() -> Any:
+def _payload_rule(weights: Weights) -> Any:
     space: dict[str, Any] = {}
-    exec(compile(_RECOGNISE, "payload", "exec"), space)
+    exec(compile(recognise(weights), "payload", "exec"), space)
     return space["_canary"]
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_the_payload_embeds_the_recognisers_rule(tmp_path: Path, seed: int) -> None:
+@pytest.mark.parametrize(("seed", "weights"), [(0, SWE_BENCH), (1, SWE_BENCH), (2, BUILTIN), (3, BUILTIN)])
+def test_the_payload_embeds_the_recognisers_rule(tmp_path: Path, seed: int, weights: Weights) -> None:
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     module = tmp_path / "test_shop.py"
     module.write_text(HEAD)
@@ -99,15 +101,24 @@ def test_the_payload_embeds_the_recognisers_rule(tmp_path: Path, seed: int) -> N
     known = canary.known_for(F2P, P2P, PATCH)
     planting = canary.plant("tests/test_shop.py", HEAD + ADDED, "function", Random(seed), known=known)
     module.write_text(planting.text)
-    rule = _payload_rule()
-    # the payload embeds the compact rule (no group-level features)
-    for (cls, name), call in judge(planting.text, HEAD, strong=False).items():
+    rule = _payload_rule(weights)
+    calls = judge(planting.text, HEAD, weights=weights)
+    assert any(j.canary for j in calls.values()) and not all(j.canary for j in calls.values())
+    for (cls, name), call in calls.items():
         assert rule(str(module), cls, name) == call.canary, (name, call)
 
 
-def test_the_strong_rule_pairs_forms_the_compact_rule_misses() -> None:
-    """A copy with its assertion rewritten in another form (``not x`` as ``x is True``) is a twin for the
-    strong rule (all statements the same but one, a few tokens apart), not for the compact one."""
+def test_the_payloads_recogniser_runs_on_old_pythons() -> None:
+    """The code under test may run Python 3.8: the embedded source parses as 3.8 and binds nothing at
+    import that 3.8 lacks (``X | None`` outside annotations, ``zip(strict=)``)."""
+    source = recogniser_source()
+    ast.parse(source, feature_version=(3, 8))
+    assert "strict=" not in source and not re.search(r"^\s*(from|import) envfarm", source, re.M)
+
+
+def test_the_rule_pairs_an_assertion_in_another_form() -> None:
+    """A copy with its assertion rewritten in another form (``not x`` as ``x is True``) is a twin (all
+    statements the same but one, a few tokens apart)."""
     text = textwrap.dedent('''\
         def test_empty():
             items = []
@@ -118,19 +129,16 @@ def test_the_strong_rule_pairs_forms_the_compact_rule_misses() -> None:
             items = []
             assert items is True
         ''')
-    strong, compact = judge(text, None), judge(text, None, strong=False)
-    assert sum(j.canary for j in strong.values()) == 1
-    assert not any(j.canary for j in compact.values())
+    assert sum(j.canary for j in judge(text, None).values()) == 1
 
 
-def test_the_strong_rule_pairs_a_value_changed_at_every_use() -> None:
+def test_the_rule_pairs_a_value_changed_at_every_use() -> None:
     """Canaries and decoys change a value at every expected literal that holds it: six uses apart are more
-    tokens than twins differ by, yet the strong rule pairs them (one of the two is a canary); a value
-    changed at four of its six uses is no such pair."""
+    tokens than twins differ by, yet the rule pairs them (one of the two is a canary); a value changed at
+    four of its six uses is no such pair."""
     checks = "".join(f"    assert area({w}.0, 1.0) - area(1.0, {w}.0) == 0\n" for w in range(2, 8))
     text = "def test_sym():\n" + checks + "\n\ndef test_sym_all():\n" + checks.replace("== 0", "== 9")
     assert sum(j.canary for j in judge(text, None).values()) == 1
-    assert not any(j.canary for j in judge(text, None, strong=False).values())
     partly = text.replace("area(7.0, 1.0) - area(1.0, 7.0) == 9", "area(7.0, 1.0) - area(1.0, 7.0) == 0")
     partly = partly.replace("area(6.0, 1.0) - area(1.0, 6.0) == 9", "area(6.0, 1.0) - area(1.0, 6.0) == 0")
     assert not any(j.canary for j in judge(partly, None).values())
@@ -138,7 +146,7 @@ def test_the_strong_rule_pairs_a_value_changed_at_every_use() -> None:
 
 def test_a_copy_with_an_appended_assertion_is_the_copy() -> None:
     """The differential check's last-resort decoy (the test with a failing assertion appended) is twinned
-    with its original by the strong rule and called the canary, whichever comes first."""
+    with its original by the rule and called the canary, whichever comes first."""
     first = "def test_area():\n    got = area(2, 3)\n    assert got == 6\n"
     second = first.replace("test_area", "test_area_sum") + "    assert not isinstance(got, object)\n"
     for text in (first + "\n\n" + second, second + "\n\n" + first):
@@ -207,3 +215,12 @@ def test_a_fit_raises_the_tell_that_singles_out_the_copies() -> None:
     fitted, first, top = fit_weights(score, NEUTRAL)
     assert (first, top) == (0.5, 1.0)
     assert fitted.appended > 0 and replace(fitted, appended=0.0) == NEUTRAL, fitted
+
+
+def test_one_line_tests_a_few_tokens_apart_only_are_twins() -> None:
+    """Two one-line tests that call other functions with other values are both real; a copy of a one-line
+    test with its expected value changed is still paired with it."""
+    text = "def test_mul():\n    assert mul(3, 4) == 12\n\n\ndef test_div():\n    assert div(8, 2) == 4\n"
+    assert not any(j.canary for j in judge(text, None).values())
+    copied = text + "\n\ndef test_mul_big():\n    assert mul(3, 4) == 13\n"
+    assert sum(j.canary for j in judge(copied, None).values()) == 1
