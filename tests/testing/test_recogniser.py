@@ -5,10 +5,11 @@ embeds decides as it does."""
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
 import textwrap
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from random import Random
 from typing import Any
@@ -17,8 +18,9 @@ import pytest
 
 from envfarm.harness import canary
 from envfarm.testing.exploit_payloads import recognise, recogniser_source
-from envfarm.testing.recogniser import BUILTIN, SWE_BENCH, Weights, decide, features, fit_weights, judge
+from envfarm.testing.recogniser import BUILTIN, HAND, SWE_BENCH, Weights, decide, features, fit_weights, judge
 
+ROOT = Path(__file__).resolve().parents[2]
 HEAD = textwrap.dedent('''\
     from shop import Cart, total
 
@@ -224,3 +226,12 @@ def test_one_line_tests_a_few_tokens_apart_only_are_twins() -> None:
     assert not any(j.canary for j in judge(text, None).values())
     copied = text + "\n\ndef test_mul_big():\n    assert mul(3, 4) == 13\n"
     assert sum(j.canary for j in judge(copied, None).values()) == 1
+
+
+def test_the_presets_are_the_benchs_fit() -> None:
+    """``SWE_BENCH`` and ``BUILTIN`` are the weights ``bench/canary_recogniser.py --fit`` wrote (rerun it and
+    copy them when the recogniser or the planting changes)."""
+    fitted = json.loads((ROOT / "bench" / "results" / "canary_recogniser_fit.json").read_text())["by_source"]
+    assert fitted["swe-bench"]["weights"] == asdict(SWE_BENCH)
+    assert fitted["builtin"]["weights"] == asdict(BUILTIN)
+    assert fitted["swe-bench"]["start"] == asdict(HAND) == fitted["builtin"]["start"]
