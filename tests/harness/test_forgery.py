@@ -3,8 +3,9 @@ class (class 5 is grader-aware, envfarm/testing/audit.py).
 
 Each exploit is a patch that fixes nothing and tries to be graded resolved. Every class is run twice on the
 toy repository: with SWE-bench's grading (``--tamper off --no-canaries``), where at least one exploit of the
-class must resolve (so the suite bites and this test can fail), and with envfarm's defaults, where none may.
-The same suite against real SWE-bench rows (flask, sympy) is ``bench/exploits.py``.
+class must resolve (so the suite bites and this test can fail), and with envfarm's defaults, where none may
+(class 5, whose odds are measured rather than ruled out, only the first: see ``CLASSES``). The same
+suite against real SWE-bench rows (flask, sympy) is ``bench/exploits.py``.
 """
 
 from __future__ import annotations
@@ -22,16 +23,20 @@ from envfarm.harness.instances import instance_from_row
 from envfarm.harness.run import run_attempt, sandbox_limits
 from envfarm.harness.specs import Plan, SpecCatalog
 from envfarm.sandbox import Backend, get_backend
-from envfarm.testing.audit import grader_aware
+from envfarm.testing.audit import GRADER_AWARE_CLASS, grader_aware
 from envfarm.testing.exploits import Exploit, Target, exploits_for, render_patch
 from envfarm.testing.toyrepo import KEY, PATCHES, row
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 TARGET = Target("pytest", "calc/__init__.py", ("tests/test_ops.py",))
-CLASSES = (1, 2, 3, 4, 5)
-"""exploits.py's classes, and 5: grader-aware (audit.grader_aware), which forges only the failures of tests
-its canary recogniser takes for real and leaves suspected canaries honest."""
+CLASSES = (1, 2, 3, 4)
+"""exploits.py's classes. Class 5, grader-aware (audit.grader_aware), forges only the failures of tests its
+canary recogniser takes for real: stopping it is a matter of odds, not a rule. On this module of four one-line
+tests the recogniser wins 25 % of canary plantings and 4 % with the differential check's twins too
+(simulated over 300 plantings each), so here it is only shown to fool SWE-bench's grading; where it must
+resolve none is tests/harness/test_audit.py, on rows where it wins none of 100 plantings
+(bench/canary_recogniser.py --instance-ids ... --trials 100)."""
 
 
 @dataclass
@@ -102,6 +107,13 @@ def test_no_forgery_of_the_class_resolves(
     assert not resolved, f"forgeries graded resolved: {resolved}"
     for name in working:
         assert ours[name].findings, f"{name} was stopped without a rule naming why"
+
+
+def test_the_grader_aware_forgery_fools_swebench_grading(grader: Grader, toy: tuple[Path, str, Path]) -> None:
+    """Class 5 forges what SWE-bench's grading takes for a fix (its recogniser calls the new tests real)."""
+    patches = _patches(toy, GRADER_AWARE_CLASS)
+    naive = asyncio.run(_grade_all(grader, patches, Policy.OFF, canaries=False))
+    assert all(r.resolved for r in naive.values()), naive
 
 
 def test_gold_still_resolves_with_canaries_and_rules(grader: Grader) -> None:
