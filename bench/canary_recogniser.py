@@ -295,6 +295,7 @@ def summary(cases: list[Case], infos: list[dict[str, object]], trials: int) -> d
 
 
 def builtin_rows() -> list[tuple[str, Instance, Path]]:
+    """Every built-in code-repair task, with its cached repository."""
     from envfarm.envs.code_repair import builtin
 
     projects = builtin.load_projects()

@@ -46,9 +46,10 @@ NEGATED = frozenset({"NotEq", "IsNot", "NotIn", "Not", "assertFalse", "assertIsN
 @dataclass(frozen=True)
 class Weights:
     """How much each tell counts toward "this twin is the altered copy" (``_direction`` per pair, the
-    group-level ones in ``judge``). A forger that has the grader's source can plant canaries in repositories
-    of its own and fit these; :data:`SWE_BENCH` and :data:`BUILTIN` are such fits (coordinate search over
-    the new-code set of ``bench/canary_recogniser.py``), and the bench scores each source with its own."""
+    group-level ones in ``features``). A forger that has the grader's source can plant canaries in
+    repositories of its own and fit these; :data:`SWE_BENCH` and :data:`BUILTIN` are such fits
+    (:func:`fit_weights` over the new-code set of ``bench/canary_recogniser.py --fit``), and the bench
+    scores each source with its own."""
 
     negated: float = 1.0
     """Its differing tokens hold a negation the twin's lack."""
