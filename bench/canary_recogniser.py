@@ -334,27 +334,42 @@ def capped(found: list[tuple[str, Instance, Path]], per_repo: int, keep: Collect
     return out
 
 
-def rows(args: argparse.Namespace) -> list[tuple[str, Instance, Path]]:
-    """The rows the bench scores: every built-in one and ``--rows`` SWE-bench rows drawn with ``--seed``."""
-    chosen = capped(swe_rows(args), args.per_repo, args.instance_ids)
+def scored_swe(args: argparse.Namespace, found: list[tuple[str, Instance, Path]]
+               ) -> list[tuple[str, Instance, Path]]:
+    """Of ``found`` (:func:`swe_rows`), the SWE-bench rows the bench scores: ``--rows`` of them drawn with
+    ``--seed``, at most ``--per-repo`` per repository (or the ``--instance-ids``)."""
+    chosen = capped(found, args.per_repo, args.instance_ids)
     Random(args.seed).shuffle(chosen)
     if args.instance_ids:
-        wanted = set(args.instance_ids)
-        return [r for r in builtin_rows() + chosen if r[1].instance_id in wanted]
-    return builtin_rows() + chosen[: args.rows]
+        return [r for r in chosen if r[1].instance_id in set(args.instance_ids)]
+    return chosen[: args.rows]
+
+
+def rows(args: argparse.Namespace) -> list[tuple[str, Instance, Path]]:
+    """The rows the bench scores: every built-in one (or those of ``--instance-ids``) and
+    :func:`scored_swe`."""
+    built = builtin_rows()
+    if args.instance_ids:
+        built = [r for r in built if r[1].instance_id in set(args.instance_ids)]
+    return built + scored_swe(args, swe_rows(args))
 
 
 def fit_rows(args: argparse.Namespace) -> list[tuple[str, Instance, Path]]:
     """The rows weights are fitted on: the built-in ones (planted with another seed than the bench's) and
     ``--fit-rows`` SWE-bench rows the bench does not score, at most ``--fit-per-repo`` per repository."""
-    scored = {r[1].instance_id for r in rows(args)}
-    rest = [r for r in swe_rows(args) if r[1].instance_id not in scored]
+    found = swe_rows(args)
+    scored = {r[1].instance_id for r in scored_swe(args, found)}
+    rest = [r for r in found if r[1].instance_id not in scored]
     Random(args.seed + 1).shuffle(rest)
     return builtin_rows() + capped(rest, args.fit_per_repo)[: args.fit_rows]
 
 
 def new_code(cases: list[Case]) -> list[Case]:
     return [c for c in cases if c.new_name and not c.settled]
+
+
+FIT_SEED = 7
+"""Added to ``--seed`` to plant the built-in rows for a fit (the bench scores every built-in row)."""
 
 
 def fit(plantings: list[Planted], start: Weights) -> tuple[Weights, float, float]:
@@ -385,10 +400,6 @@ def fit_main(args: argparse.Namespace, catalog: SpecCatalog) -> dict[str, object
     return {"measured": time.strftime("%Y-%m-%d"), "trials": args.trials, "grid": list(GRID),
             "passes": PASSES,
             "seconds": round(time.monotonic() - t0, 1), "by_source": out}
-
-
-FIT_SEED = 7
-"""Added to ``--seed`` to plant the built-in rows for a fit (the bench scores every built-in row)."""
 
 
 def main(argv: list[str] | None = None) -> int:
