@@ -381,12 +381,14 @@ def _distinct(old: object, new: object) -> bool:
         x, y = float(old), float(new)  # type: ignore[arg-type]
         return abs(y - x) > 1e-12 and abs(y - x) > 1e-6 * max(abs(x), abs(y))
     if isinstance(old, str) and isinstance(new, str):
-        for kind in (Decimal, Fraction):
-            try:
-                a, b = kind(old.strip()), kind(new.strip())
-            except (ArithmeticError, ValueError, TypeError):
-                continue
-            return bool(a != b)
+        # a Fraction of a string with an exponent builds the whole power ("1e-9999999" takes minutes), so
+        # only a string with a slash is read as one; Decimal keeps the exponent apart
+        kind = Fraction if "/" in old + new else Decimal
+        try:
+            a, b = kind(old.strip()), kind(new.strip())
+        except (ArithmeticError, ValueError, TypeError):
+            return True
+        return bool(a != b)
     return True
 
 

@@ -633,6 +633,34 @@ def test_a_new_float_value_is_never_the_old_one_spelled_otherwise(literal: str) 
     assert len(set(taken)) == len(taken) == 4
 
 
+HUGE_EXPONENT = textwrap.dedent('''\
+    def test_huge():
+        assert str(big(1)) == "1.339148777e+49714987269413385435"
+
+
+    def test_huger():
+        assert str(big(2)) == "4.946362032e+4971498726941338543512682882"
+''')
+
+
+@pytest.mark.timeout(60)
+def test_a_number_in_a_string_with_a_huge_exponent_plants_at_once() -> None:
+    """sympy's evalf tests compare with strings such as ``"1.3e+49714987269413385435"``: read as a
+    Fraction, the whole power would be built (no planting would finish); the copies get other numbers."""
+    from envfarm.harness.canary_clone import _distinct
+
+    assert _distinct("1.339148777e+49714987269413385435", "1.339148777e+49714987269413385436")
+    assert not _distinct("1.5e+4971498726941", "15e+4971498726940")  # one number, spelled otherwise
+    assert not _distinct("0.5", "1/2") and _distinct("1/3", "0.3")
+    ids = ["tests/test_big.py::test_huge", "tests/test_big.py::test_huger"]
+    added = "".join(f"+{x}\n" for x in HUGE_EXPONENT.splitlines())
+    patch = "--- /dev/null\n+++ b/tests/test_big.py\n" + added
+    known = canary.known_for(ids, [], patch)
+    planting = canary.plant("tests/test_big.py", HUGE_EXPONENT, "function", Random(0), known=known)
+    assert [c for c in planting.canaries if not c.must_pass]
+    compile(planting.text, "tests/test_big.py", "exec")
+
+
 def test_a_seeded_planting_does_not_depend_on_the_hash_seed() -> None:
     """The bench's plantings are seeded; a word drawn from a set of strings would follow the hash seed."""
     code = ("import random\nfrom envfarm.harness import canary\n"
