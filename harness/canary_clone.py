@@ -21,7 +21,8 @@ from __future__ import annotations
 import ast
 import re
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
 from random import Random
@@ -356,13 +357,11 @@ def _candidates(e: Edit, lines: list[str], node: ast.FunctionDef, tree: ast.Modu
     from the original."""
     text = e[4]
     value = pyast.literal_eval(text)
-    in_test, in_module = _literals_all(node), _literals_all(tree)
-    module = "".join(lines)
-    words = _words(tree)
+    in_test, module = _literals_all(node), _facts(tree, lines)
     want = _looks(value, in_test, module, own=own)
     spelled = raw_plain if is_raw(text) else plain  # a raw literal takes the module's raw strings too
-    pool = list(dict.fromkeys([*(v for v in in_module if type(v) is type(value) and spelled(v)),
-                               *(_mutate(value, rng, words) for _ in range(40))]))
+    pool = list(dict.fromkeys([*module.like(value, spelled),
+                               *(_mutate(value, rng, module.words) for _ in range(40))]))
     rng.shuffle(pool)
     scored = [(_mismatch(_looks(v, in_test, module, own=0), want), _spell(v, text)) for v in pool
               if _distinct(value, v)]
@@ -392,12 +391,54 @@ def _distinct(old: object, new: object) -> bool:
     return True
 
 
-def _looks(value: object, in_test: list[object], module: str, own: int) -> tuple[int, int, int]:
+@dataclass(frozen=True)
+class _Module:
+    """What value choice reads of a whole module, once per module (a test module of thousands of lines has
+    hundreds of literal sites, each weighing dozens of values)."""
+
+    literals: list[object]
+    words: list[str]
+    text: str
+    counts: dict[str, int] = field(default_factory=dict)
+    """How often a value's text occurs in :attr:`text`, as asked."""
+    kinds: dict[tuple[type, Callable[[object], bool]], list[object]] = field(default_factory=dict)
+    """The distinct literals of a type a spelling takes, as asked."""
+
+    def like(self, value: object, spelled: Callable[[object], bool]) -> list[object]:
+        """The module's distinct literals of ``value``'s type that ``spelled`` takes, in order."""
+        key = (type(value), spelled)
+        if key not in self.kinds:
+            self.kinds[key] = list(dict.fromkeys(v for v in self.literals if type(v) is type(value)
+                                                 and spelled(v)))
+        return self.kinds[key]
+
+    def occurs(self, core: str) -> int:
+        if core not in self.counts:
+            self.counts[core] = self.text.count(core)
+        return self.counts[core]
+
+
+_MODULES: dict[int, tuple[ast.Module, list[str], _Module]] = {}
+"""The last few modules' :class:`_Module`, by ``id`` of their tree (checked to be that tree and lines)."""
+
+
+def _facts(tree: ast.Module, lines: list[str]) -> _Module:
+    found = _MODULES.get(id(tree))
+    if found is not None and found[0] is tree and found[1] is lines:
+        return found[2]
+    facts = _Module(_literals_all(tree), _words(tree), "".join(lines))
+    while len(_MODULES) >= 4:
+        del _MODULES[next(iter(_MODULES))]
+    _MODULES[id(tree)] = (tree, lines, facts)
+    return facts
+
+
+def _looks(value: object, in_test: list[object], module: _Module, own: int) -> tuple[int, int, int]:
     """What a reader can see of a value: whether the test uses it elsewhere, how often its text occurs in
     the module (capped), its length class. ``own``: how many of the value's uses are the site's."""
     uses = _count(in_test, value) - own
     core = value.decode("latin-1") if isinstance(value, bytes) else str(value)
-    seen = module.count(core) - own
+    seen = module.occurs(core) - own
     return (min(uses, 1), min(seen, 3), min(len(core), 12) // 4)
 
 
