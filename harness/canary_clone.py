@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import re
 import string
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -422,14 +423,20 @@ _MODULES: dict[int, tuple[ast.Module, list[str], _Module]] = {}
 """The last few modules' :class:`_Module`, by ``id`` of their tree (checked to be that tree and lines)."""
 
 
+_MODULES_LOCK = threading.Lock()
+"""Graded runs plant in threads (``run.py``)."""
+
+
 def _facts(tree: ast.Module, lines: list[str]) -> _Module:
-    found = _MODULES.get(id(tree))
-    if found is not None and found[0] is tree and found[1] is lines:
-        return found[2]
+    with _MODULES_LOCK:
+        found = _MODULES.get(id(tree))
+        if found is not None and found[0] is tree and found[1] is lines:
+            return found[2]
     facts = _Module(_literals_all(tree), _words(tree), "".join(lines))
-    while len(_MODULES) >= 4:
-        del _MODULES[next(iter(_MODULES))]
-    _MODULES[id(tree)] = (tree, lines, facts)
+    with _MODULES_LOCK:
+        while len(_MODULES) >= 4:
+            del _MODULES[next(iter(_MODULES))]
+        _MODULES[id(tree)] = (tree, lines, facts)
     return facts
 
 
