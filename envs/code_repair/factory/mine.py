@@ -15,6 +15,7 @@ order. Resumable: outcomes are appended to ``<out>.work/`` as they finish and re
 from __future__ import annotations
 
 import asyncio
+import difflib
 import functools
 import itertools
 import logging
@@ -28,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from envfarm.errors import ConfigError, FarmError, SandboxError
+from envfarm.harness.screen import Suspicion, screen_patch
 from envfarm.sandbox import Backend, get_backend
 from envfarm.sandbox.values import IMAGE_BACKEND
 
@@ -421,6 +423,8 @@ class _Miner:
     async def _try(self, session: TestSession, m: Mutation) -> Outcome:
         p = self.prepared
         original = p.project.files[m.file]
+        if suspect_fix(m, original):
+            return Outcome(m.id, "suspect-fix")
         files = test_files_for(m.file, p.passing_files, p.project.files)
         ran, timeout = files, p.mutant_timeout_s
         if p.coverage is not None:
@@ -464,6 +468,18 @@ class _Miner:
                              round(p.baseline_s, 2), round(self.prepare_s, 1), round(self.mine_s, 1),
                              dict(sorted(counts.items())), p.layout.origin, p.layout.in_package,
                              len(p.layout.test_files))
+
+
+def suspect_fix(m: Mutation, original: bytes) -> tuple[Suspicion, ...]:
+    """What the harness's static screen (``harness/screen.py``) says of the mutant's fix, the row's gold
+    patch: a fix that restores ``atexit.register``, ``os._exit``, a ``builtins`` rebinding or a write into
+    ``sys.modules`` reads as a forgery, and under ``--strict`` its task could never be resolved, so such a
+    mutant is not tried (outcome ``suspect-fix``)."""
+    name = m.file
+    before = m.apply(original).decode(errors="replace").splitlines(keepends=True)
+    after = original.decode(errors="replace").splitlines(keepends=True)
+    patch = "".join(difflib.unified_diff(before, after, f"a/{name}", f"b/{name}"))
+    return screen_patch(f"diff --git a/{name} b/{name}\n{patch}")
 
 
 def judge(m: Mutation, run: TestRun, files: Sequence[str], p: Prepared,

@@ -29,7 +29,8 @@ class Outcome:
     id: str
     verdict: str
     """``kept``, ``survived`` (no test failed), ``broken`` (every selected test failed), ``timeout``,
-    ``crashed`` (it took its sandbox down twice), ``uncovered`` (no passing test runs its lines: not run)."""
+    ``crashed`` (it took its sandbox down twice), ``uncovered`` (no passing test runs its lines: not run),
+    ``suspect-fix`` (its fix reads as a forgery to the harness's static screen: not run)."""
     fail_to_pass: tuple[str, ...] = ()
     pass_to_pass: tuple[str, ...] = ()
     hidden: tuple[str, ...] = ()

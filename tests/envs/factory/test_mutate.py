@@ -241,3 +241,20 @@ async def test_a_mutant_that_kills_its_sandbox_is_recorded_crashed(tmp_path: Pat
     assert miner.outcomes[poison.id].verdict == "crashed" and len(opened) == 3  # 2 lost, then the rest
     assert [miner.outcomes[m.id].verdict for m in singles if m != poison] == ["survived"] * 3
     assert len(WorkFolder(tmp_path / "t.jsonl").read_outcomes("pypi__x", "s")) == 4  # resumable
+
+
+HOOKED = (b"import atexit\nimport os\n\n\ndef init(f):\n    atexit.register(f)\n    return f\n\n\n"
+          b"def stop(code):\n    os._exit(code + 1)\n\n\ndef add(a, b):\n    return a + b\n")
+
+
+def test_a_mutant_whose_fix_reads_as_a_forgery_is_not_tried() -> None:
+    """The fix of a mutant that drops ``atexit.register(f)`` (or edits an ``os._exit`` call) restores what the
+    harness's static screen flags: under ``--strict`` its task's gold could never resolve, so the miner
+    records it ``suspect-fix`` without a run; a fix of ordinary code is clean."""
+    from envfarm.envs.code_repair.factory.mine import suspect_fix
+    from envfarm.envs.code_repair.factory.mutate import sites
+
+    found = {(m.kind, m.line): {s.rule for s in suspect_fix(m, HOOKED)} for m in sites("pkg/mod.py", HOOKED)}
+    assert found[("removed_call", 6)] == {"atexit"}
+    assert [rules for (_, line), rules in found.items() if line == 11] == [{"hard-exit"}] * 2
+    assert [rules for (_, line), rules in found.items() if line == 15] == [set(), set()]
