@@ -618,7 +618,7 @@ def _decoys(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], fail
     # literals together before one of them alone (its decoys can be used alike)
     literal.sort(key=lambda site: (lines[site[-1][0] - 1].strip() not in added, -site[-1][0], -site[-1][1],
                                    -len(site)))
-    for site in literal:
+    for site in literal[:LITERAL_TRIES]:
         values = _values(site, lines, node, tree, rng)
         variants = _variants(site, values)
         if values and fair(variants):
@@ -669,6 +669,12 @@ def _edited(old: Mapping[tuple[str | None, str], tuple[str, ...]], cls: str | No
     was = old.get((cls, node.name))
     return added if was is not None and was != tokens(node) else None
 
+
+LITERAL_TRIES = 24
+"""Expected literals a test's decoys are looked for at, best first, at most. A test test_patch edits in place
+takes a decoy only where its old version is as far from it as from the honest copy, which is almost only on
+the lines test_patch added (those come first); sympy's mathematica parser test has 553 other literals, each
+costing a diff of the whole test (75 s a planting), and none of them fair."""
 
 PROBE_LOOKS = 2 * PROBE_SITES
 """Literal sites a test's probes are looked for at, at most (a long test has hundreds, and choosing values
