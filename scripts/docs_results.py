@@ -206,6 +206,8 @@ BENCHES: dict[str, Bench] = {
     "attempts.json": Bench("Attempt groups from one state", "python bench/attempts.py", render_attempts),
     "harbor.json": Bench("Harbor task images and validation", "python bench/harbor.py --tasks TASKS "
                          "--task-ids IDS --max-workers 2 --backend docker", render_generic),
+    "plant_time.json": Bench("Canary and twin planting time", "python bench/plant_time.py --repo-source "
+                             "MIRRORS", render_generic),
     "canary_recogniser.json": Bench("Canary recogniser", "python bench/canary_recogniser.py --repo-source "
                                     "MIRRORS --rows 60 --trials 3", render_generic),
     "canary_recogniser_pool.json": Bench("Canary recogniser with a decoy pool",
