@@ -328,6 +328,11 @@ def measure_catalogue_mutants(
     }
 
 
+def _where(reasons: Sequence[Mapping[str, object]]) -> str:
+    """A flagged patch's reasons (:func:`_flag`) on one line."""
+    return "; ".join(f"{r['rule']} {r['path']}:{r['line']} {r['detail']}" for r in reasons)
+
+
 def _print_project(p: ProjectScreen) -> None:
     if p.status != "screened":
         print(f"  {p.package}: {p.status} ({p.reason}) {p.detail.splitlines()[0][:120]}", flush=True)
@@ -338,7 +343,7 @@ def _print_project(p: ProjectScreen) -> None:
         flush=True,
     )
     for s in p.suspect:
-        where = "; ".join(f"{r['rule']} {r['path']}:{r['line']} {r['detail']}" for r in s.reasons)
+        where = _where(s.reasons)
         offered = "" if s.offered else " (not a candidate)"
         print(f"     {s.instance_id} {s.kind} {s.file}:{s.line}{offered}: {where}", flush=True)
 
@@ -372,11 +377,7 @@ def _print_gold(gold: dict[str, Any], rules: Counter[str]) -> None:
         print(f"gold {name}: {s['suspect']}/{s['rows']} suspect")
     print(f"gold unique rows: {gold['unique_suspect']}/{gold['unique_rows']} suspect; rules {dict(rules)}")
     for f in gold["flagged"]:
-        print(
-            "  ",
-            f["instance_id"],
-            "; ".join(f"{r['rule']} {r['path']}:{r['line']} {r['detail']}" for r in f["reasons"]),
-        )
+        print("  ", f["instance_id"], _where(f["reasons"]))
 
 
 def _print_forgeries(forged: dict[str, Any]) -> None:
